@@ -2,8 +2,9 @@ package discovery
 
 import (
 	"fmt"
-	"os"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // AllF is the ID a kernel reports for a region or function that is unusable.
@@ -31,11 +32,10 @@ func CanonicalID(s string) (string, error) {
 // returns it in canonical form. Errors from the read (EBUSY while a port is
 // being reprogrammed, ENOENT when the attribute is missing) are wrapped.
 func ReadID(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	s, err := readAttrAt(unix.AT_FDCWD, path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
-	s := strings.TrimSpace(string(b))
 	if s == "" {
 		return "", fmt.Errorf("read %s: empty", path)
 	}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+func newDiscoverCommand() *cobra.Command {
+	var (
+		root, nodeName, driverName, output, kernelDriver string
+		programmable                                     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "discover",
+		Short: "Print the ResourceSlices the driver would publish for this node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			force, err := discovery.ParseKernelDriver(kernelDriver)
+			if err != nil {
+				return fmt.Errorf("--kernel-driver: %w", err)
+			}
+			s := &discovery.Scanner{Root: root, Force: force}
+			res, err := s.Scan()
+			if err != nil {
+				return err
+			}
+			for _, e := range res.Errors {
+				fmt.Fprintln(os.Stderr, "warning:", e)
+			}
+			if res.Driver == discovery.DriverNone {
+				return fmt.Errorf("no FPGA kernel driver below %s: neither sys/class/fpga (OPAE) nor sys/class/fpga_region (DFL) exists", root)
+			}
+			if len(res.Ports()) == 0 {
+				return fmt.Errorf("the %s driver is loaded below %s but no usable FPGA port was found (%d errors above)", res.Driver, root, len(res.Errors))
+			}
+			devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Programmable: programmable, Root: root})
+			slices := draplugin.SliceObjects(driverName, nodeName, draplugin.Resources(nodeName, devices))
+			list := map[string]any{"apiVersion": "v1", "kind": "List", "items": slices}
+			var out []byte
+			switch strings.ToLower(output) {
+			case "json":
+				out, err = json.MarshalIndent(list, "", "  ")
+				out = append(out, '\n')
+			case "yaml":
+				out, err = yaml.Marshal(list)
+			default:
+				return fmt.Errorf("-o %q: use json or yaml", output)
+			}
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", envOr("FPGA_ROOT", "/"), "directory holding sys/ and dev/ (a simulated node's --dir)")
+	f.StringVar(&nodeName, "node-name", envOr("NODE_NAME", hostname()), "node name the slices are published for")
+	f.StringVar(&driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name, also the attribute domain")
+	f.StringVarP(&output, "output", "o", "yaml", "output format: json or yaml")
+	f.StringVar(&kernelDriver, "kernel-driver", envOr("KERNEL_DRIVER", "auto"), "auto, dfl or opae")
+	f.BoolVar(&programmable, "programmable", true, "whether this node allows reprogramming")
+	return cmd
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}

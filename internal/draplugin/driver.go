@@ -1,0 +1,219 @@
+// Package draplugin is the node side of the FPGA DRA driver: it publishes
+// the node's FPGA ports as ResourceSlices through the kubeletplugin helper,
+// prepares and unprepares ResourceClaims for the kubelet, and streams device
+// health to it.
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// Config is everything the driver needs; cmd/fpga-dra-driver fills it from
+// flags.
+type Config struct {
+	DriverName string
+	NodeName   string
+	KubeClient kubernetes.Interface
+	// RegistrarDir and PluginDataDir are the kubelet's plugin registry
+	// directory and this driver's data directory (sockets, checkpoint).
+	RegistrarDir  string
+	PluginDataDir string
+	// Scanner reads the node's sysfs/devfs.
+	Scanner *discovery.Scanner
+	// Events delivers hot-plug uevents; nil means none (full rescans).
+	Events *discovery.UeventSource
+	// RefreshInterval is the cheap re-read period (30 s when zero).
+	RefreshInterval time.Duration
+	// Programmable is false when this node forbids reprogramming.
+	Programmable bool
+	// Claims prepares and unprepares claims; nil refuses every claim.
+	Claims ClaimPreparer
+	// HealthResend is how often health is re-sent to the kubelet even when
+	// nothing changed (10 s when zero; the kubelet's window is 30 s).
+	HealthResend time.Duration
+}
+
+// ClaimPreparer does the node-side work for claims allocated to this node.
+type ClaimPreparer interface {
+	Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim, devices *discovery.Result) map[types.UID]kubeletplugin.PrepareResult
+	Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error
+}
+
+// Driver implements kubeletplugin.DRAPlugin.
+type Driver struct {
+	cfg     Config
+	helper  *kubeletplugin.Helper
+	watcher *discovery.Watcher
+
+	mu      sync.Mutex
+	devices *discovery.Result
+	// changed is closed and replaced whenever devices changes.
+	changed chan struct{}
+
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+}
+
+var _ kubeletplugin.DRAPlugin = &Driver{}
+
+// Start discovers the node's devices, registers with the kubelet and starts
+// publishing. The first discovery pass completes before Start returns.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	logger := klog.FromContext(ctx)
+	if cfg.HealthResend <= 0 {
+		cfg.HealthResend = 10 * time.Second
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	d := &Driver{cfg: cfg, changed: make(chan struct{}), cancel: cancel}
+	d.watcher = &discovery.Watcher{
+		Scanner:  cfg.Scanner,
+		Interval: cfg.RefreshInterval,
+		Events:   cfg.Events,
+		OnChange: d.onDevicesChanged,
+	}
+	first := make(chan struct{})
+	var firstOnce sync.Once
+	onChange := d.watcher.OnChange
+	d.watcher.OnChange = func(ctx context.Context, res *discovery.Result) {
+		onChange(ctx, res)
+		firstOnce.Do(func() { close(first) })
+	}
+
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(cfg.DriverName),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.KubeClient(cfg.KubeClient),
+		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
+		// Claims on distinct devices prepare in parallel; the claim
+		// preparer locks per device.
+		kubeletplugin.Serialize(false),
+	)
+	if err != nil {
+		cancel(err)
+		return nil, fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	d.helper = helper
+
+	watchErr := make(chan error, 1)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		watchErr <- d.watcher.Run(ctx)
+	}()
+	select {
+	case <-first:
+	case err := <-watchErr:
+		d.Stop()
+		return nil, fmt.Errorf("discover devices: %w", err)
+	case <-ctx.Done():
+		d.Stop()
+		return nil, context.Cause(ctx)
+	}
+	logger.Info("FPGA DRA driver started", "driver", cfg.DriverName, "node", cfg.NodeName, "kernelDriver", d.Devices().Driver, "devices", len(d.Devices().Ports()))
+	return d, nil
+}
+
+// Stop unregisters from the kubelet and stops publishing. Published slices
+// stay (the kubelet removes them when the plugin is gone for good).
+func (d *Driver) Stop() {
+	d.cancel(errors.New("driver stopped"))
+	if d.helper != nil {
+		d.helper.Stop()
+	}
+	d.wg.Wait()
+}
+
+// Helper exposes the kubeletplugin helper (registration status, tests).
+func (d *Driver) Helper() *kubeletplugin.Helper { return d.helper }
+
+// Devices returns the latest discovery result.
+func (d *Driver) Devices() *discovery.Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.devices
+}
+
+// DevicesChanged returns a channel closed at the next change of Devices.
+func (d *Driver) DevicesChanged() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.changed
+}
+
+// RefreshDevices asks for an immediate re-read of IDs and health, e.g.
+// after a port was programmed; the new AFU ID is then republished.
+func (d *Driver) RefreshDevices() { d.watcher.Refresh() }
+
+func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
+	logger := klog.FromContext(ctx)
+	switch {
+	case res.Driver == discovery.DriverNone:
+		logger.Info("No FPGA kernel driver is loaded (neither sys/class/fpga nor sys/class/fpga_region exists below the root): publishing no devices", "root", d.cfg.Scanner.Root)
+	case len(res.Cards) == 0:
+		logger.Info("No usable FPGA card found", "kernelDriver", res.Driver)
+	}
+	for _, err := range res.Errors {
+		logger.Error(err, "FPGA card or port is not usable and is not published")
+	}
+	d.mu.Lock()
+	d.devices = res
+	close(d.changed)
+	d.changed = make(chan struct{})
+	d.mu.Unlock()
+	d.publish(ctx, res)
+}
+
+func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
+	devices := Devices(res, SliceOptions{DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root})
+	if err := d.helper.PublishResources(ctx, Resources(d.cfg.NodeName, devices)); err != nil {
+		klog.FromContext(ctx).Error(err, "Publishing ResourceSlices failed")
+	}
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	if d.cfg.Claims == nil {
+		result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+		for _, c := range claims {
+			result[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: this node's FPGA driver is not configured to prepare claims", c.Namespace, c.Name)}
+		}
+		return result, nil
+	}
+	return d.cfg.Claims.Prepare(ctx, claims, d.Devices()), nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	if d.cfg.Claims == nil {
+		result := make(map[types.UID]error, len(claims))
+		for _, c := range claims {
+			result[c.UID] = nil
+		}
+		return result, nil
+	}
+	return d.cfg.Claims.Unprepare(ctx, claims), nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Background errors (slice
+// publishing) are logged; the ResourceSlice controller retries them with
+// backoff. A fatal error stops the driver so that it restarts cleanly.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.cancel(fmt.Errorf("fatal background error: %s: %w", msg, err))
+	}
+}

@@ -1,0 +1,200 @@
+package draplugin
+
+import (
+	"path/filepath"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// Attribute names, qualified by the driver name in a slice.
+const (
+	AttrInterfaceID     = "interfaceID"
+	AttrAFUID           = "afuID"
+	AttrKernelDriver    = "kernelDriver"
+	AttrVendorID        = "vendorID"
+	AttrDeviceID        = "deviceID"
+	AttrModel           = "model"
+	AttrNUMANode        = "numaNode"
+	AttrSocketID        = "socketID"
+	AttrBitstreamID     = "bitstreamID"
+	AttrPortID          = "portID"
+	AttrVirtualFunction = "virtualFunction"
+	AttrProgrammable    = "programmable"
+	AttrHealthy         = "healthy"
+)
+
+// TaintUnhealthy is the key of the NoSchedule taint an unhealthy device
+// carries in the slice; its value says why in a few words.
+const TaintUnhealthy = "unhealthy"
+
+// models names the cards the DFL PCI driver binds, by vendor:device.
+var models = map[string]string{
+	"0x8086:0x09c4": "Intel PAC Arria 10 GX",
+	"0x8086:0x09c5": "Intel PAC Arria 10 GX (VF)",
+	"0x8086:0x0b2b": "Intel PAC D5005",
+	"0x8086:0x0b2c": "Intel PAC D5005 (VF)",
+	"0x8086:0x0b30": "Intel FPGA PAC N3000",
+	"0x8086:0x0b31": "Intel FPGA PAC N3000 (VF)",
+	"0x8086:0xbcc0": "Intel Xeon with integrated FPGA (6.x)",
+	"0x8086:0xbcc1": "Intel Xeon with integrated FPGA (6.x, VF)",
+	"0x8086:0xbcbd": "Intel Xeon with integrated FPGA (5.x)",
+	"0x8086:0xbcbf": "Intel Xeon with integrated FPGA (5.x, VF)",
+	"0x8086:0xbcce": "Intel DFL FPGA card",
+	"0x8086:0xbccf": "Intel DFL FPGA card (VF)",
+	"0x1c2c:0x1000": "Silicom FPGA SmartNIC N5010",
+	"0x1c2c:0x1001": "Silicom FPGA SmartNIC N5011",
+}
+
+// Model returns a readable card name, or "vendor:device" when unknown.
+func Model(vendorID, deviceID string) string {
+	key := strings.ToLower(vendorID + ":" + deviceID)
+	if m, ok := models[key]; ok {
+		return m
+	}
+	return key
+}
+
+// SliceOptions are the node-level facts that go into every device.
+type SliceOptions struct {
+	DriverName string
+	// Programmable is false when the node forbids reprogramming.
+	Programmable bool
+	// Root is the discovery root; the standard PCIe root attribute is
+	// resolved below Root/sys.
+	Root string
+}
+
+// Devices turns a discovery result into one DRA device per port, in card
+// and port order (the order is the allocator's preference).
+func Devices(res *discovery.Result, o SliceOptions) []resourceapi.Device {
+	var devices []resourceapi.Device
+	pcieRoots := map[string]*string{}
+	for _, c := range res.Cards {
+		for _, p := range c.Ports {
+			devices = append(devices, device(c, p, o, pcieRoots))
+		}
+	}
+	return devices
+}
+
+func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[string]*string) resourceapi.Device {
+	q := func(name string) resourceapi.QualifiedName {
+		return resourceapi.QualifiedName(o.DriverName + "/" + name)
+	}
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
+	num := func(n int) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))} }
+	flag := func(b bool) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{BoolValue: ptr.To(b)} }
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		q(AttrInterfaceID):     str(c.InterfaceID),
+		q(AttrKernelDriver):    str(string(c.Driver)),
+		q(AttrVendorID):        str(c.VendorID),
+		q(AttrDeviceID):        str(c.DeviceID),
+		q(AttrModel):           str(Model(c.VendorID, c.DeviceID)),
+		q(AttrSocketID):        num(c.SocketID),
+		q(AttrBitstreamID):     str(c.BitstreamID),
+		q(AttrPortID):          num(p.ID),
+		q(AttrVirtualFunction): flag(p.VirtualFunction),
+		q(AttrProgrammable):    flag(o.Programmable),
+		q(AttrHealthy):         flag(p.Health.Healthy),
+	}
+	if p.AFUID != "" {
+		attrs[q(AttrAFUID)] = str(p.AFUID)
+	}
+	if c.NUMANode >= 0 {
+		attrs[q(AttrNUMANode)] = num(c.NUMANode)
+	}
+	if a, err := deviceattribute.GetPCIBusIDAttribute(p.PCIAddress); err == nil {
+		attrs[a.Name] = a.Value
+	}
+	root, ok := pcieRoots[p.PCIAddress]
+	if !ok {
+		if a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(p.PCIAddress, deviceattribute.WithFSFromRoot(filepath.Join(o.Root, "sys"))); err == nil {
+			root = a.Value.StringValue
+		}
+		pcieRoots[p.PCIAddress] = root
+	}
+	if root != nil {
+		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = resourceapi.DeviceAttribute{StringValue: root}
+	}
+	d := resourceapi.Device{Name: p.DeviceName(), Attributes: attrs}
+	if !p.Health.Healthy {
+		d.Taints = []resourceapi.DeviceTaint{{
+			Key:    o.DriverName + "/" + TaintUnhealthy,
+			Value:  TaintValue(p.Health),
+			Effect: resourceapi.DeviceTaintEffectNoSchedule,
+		}}
+	}
+	return d
+}
+
+// TaintValue condenses a health verdict into a label value (at most 63
+// characters of [A-Za-z0-9._-], starting and ending alphanumeric) that tells
+// an admin the first reason at a glance.
+func TaintValue(h discovery.Health) string {
+	if len(h.Reasons) == 0 {
+		return "unknown"
+	}
+	var b strings.Builder
+	dash := false
+	for _, r := range h.Reasons[0] {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if ok {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+		if b.Len() >= 63 {
+			break
+		}
+	}
+	return strings.TrimRight(b.String()[:min(b.Len(), 63)], "-")
+}
+
+// Resources is what the driver publishes for a node: one pool named after
+// the node, one slice (up to the API's limit of devices a slice, more slices
+// beyond that), or no pool at all when there is no device.
+func Resources(nodeName string, devices []resourceapi.Device) resourceslice.DriverResources {
+	const perSlice = resourceapi.ResourceSliceMaxDevices
+	var slices []resourceslice.Slice
+	for len(devices) > 0 {
+		n := min(len(devices), perSlice)
+		slices = append(slices, resourceslice.Slice{Devices: devices[:n]})
+		devices = devices[n:]
+	}
+	if slices == nil {
+		// Nothing to offer: publish no pool, which removes stale slices.
+		return resourceslice.DriverResources{}
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{nodeName: {Slices: slices}}}
+}
+
+// SliceObjects renders what Resources publishes as ResourceSlice objects,
+// the way the kubeletplugin helper's controller writes them (names are
+// generated by the API server; here they carry the generateName prefix).
+func SliceObjects(driverName, nodeName string, res resourceslice.DriverResources) []resourceapi.ResourceSlice {
+	var out []resourceapi.ResourceSlice
+	for poolName, pool := range res.Pools {
+		for _, s := range pool.Slices {
+			out = append(out, resourceapi.ResourceSlice{
+				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+				ObjectMeta: metav1.ObjectMeta{GenerateName: nodeName + "-" + driverName + "-"},
+				Spec: resourceapi.ResourceSliceSpec{
+					Driver:   driverName,
+					NodeName: ptr.To(nodeName),
+					Pool:     resourceapi.ResourcePool{Name: poolName, Generation: pool.Generation, ResourceSliceCount: int64(len(pool.Slices))},
+					Devices:  s.Devices,
+				},
+			})
+		}
+	}
+	return out
+}

@@ -1,0 +1,145 @@
+package discovery
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// cardHealth reads what makes every port of a card unhealthy: an all-f
+// interface ID and the FME's error registers.
+func (l layout) cardHealth(c *Card, fme sysDir) Health {
+	h := Health{Healthy: true}
+	if c.InterfaceID == AllF {
+		h.fail("interface ID of card %s is all-f: the PR region is unusable", c.PCIAddress)
+	}
+	for _, name := range l.fmeErrors {
+		if v := errorValue(fme, "errors/"+name); v != 0 {
+			h.fail("FME %s of card %s is 0x%x", name, c.PCIAddress, v)
+		}
+	}
+	return h
+}
+
+// check fills in a port's AFU ID and health from the attributes that change
+// without a hot-plug event, adding the card's own problems. prev is the
+// port's AFU ID from an earlier pass: while a port is being reprogrammed the
+// kernel answers EBUSY for afu_id, and the earlier value stands.
+func (l layout) check(c *Card, card Health, p *Port, prev string) {
+	p.Health = Health{Healthy: true}
+	d, err := openSysDir(p.Node.SysfsPath)
+	if err != nil {
+		p.AFUID = ""
+		p.Health.fail("port %s is gone: %v", p.Node.Name, err)
+		return
+	}
+	defer d.close()
+	afu, err := d.readID("afu_id")
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		p.AFUID = prev
+	case err != nil:
+		p.AFUID = ""
+		p.Health.fail("afu_id unreadable: %v", err)
+	default:
+		p.AFUID = afu
+		if afu == AllF {
+			p.Health.fail("afu_id is all-f: the accelerator function is unusable")
+		}
+	}
+	checkNode(&p.Health, p.Node)
+	if v := errorValue(d, "errors/errors"); v != 0 {
+		p.Health.fail("port errors register is 0x%x", v)
+	}
+	if !card.Healthy {
+		p.Health.Healthy = false
+		p.Health.Reasons = append(p.Health.Reasons, card.Reasons...)
+	}
+}
+
+// checkNode verifies a device node exists below the root as a character
+// device with the numbers sysfs reports.
+func checkNode(h *Health, n DevNode) {
+	var st unix.Stat_t
+	if err := unix.Stat(n.HostPath, &st); err != nil {
+		h.fail("device node %s: %v", n.Path, err)
+		return
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		h.fail("device node %s is not a character device", n.Path)
+		return
+	}
+	if maj, min := unix.Major(st.Rdev), unix.Minor(st.Rdev); maj != n.Major || min != n.Minor {
+		h.fail("device node %s is %d:%d, sysfs says %d:%d", n.Path, maj, min, n.Major, n.Minor)
+	}
+}
+
+// errorValue reads an error register such as "0x0"; a missing or malformed
+// attribute reads as zero (older kernels lack some of them).
+func errorValue(d sysDir, name string) uint64 {
+	s, err := d.read(name)
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func layoutOf(d KernelDriver) (layout, error) {
+	switch d {
+	case DriverDFL:
+		return dflLayout, nil
+	case DriverOPAE:
+		return opaeLayout, nil
+	}
+	return layout{}, fmt.Errorf("kernel driver %q has no sysfs layout", d)
+}
+
+// Refresh re-reads, for every port of an earlier result, only the attributes
+// that change without a hot-plug event: AFU ID, interface ID, error registers
+// and device nodes. It never walks the tree. It returns a new result and
+// whether any published field (AFU ID, interface ID, health) changed.
+func (s *Scanner) Refresh(old *Result) (*Result, bool) {
+	l, err := layoutOf(old.Driver)
+	if err != nil {
+		return old, false
+	}
+	res := &Result{Driver: old.Driver, Errors: old.Errors}
+	changed := false
+	for _, oc := range old.Cards {
+		c := *oc
+		c.Ports = make([]*Port, len(oc.Ports))
+		var card Health
+		if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
+			card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
+		} else {
+			if p, err := l.interfaceIDPath(fme.path); err == nil {
+				if id, err := ReadID(p); err == nil {
+					c.InterfaceID = id
+				}
+			}
+			card = l.cardHealth(&c, fme)
+			fme.close()
+		}
+		if c.InterfaceID != oc.InterfaceID {
+			changed = true
+		}
+		for i, op := range oc.Ports {
+			p := *op
+			l.check(&c, card, &p, op.AFUID)
+			if p.AFUID != op.AFUID || p.Health.String() != op.Health.String() {
+				changed = true
+			}
+			c.Ports[i] = &p
+		}
+		res.Cards = append(res.Cards, &c)
+	}
+	return res, changed
+}

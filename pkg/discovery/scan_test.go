@@ -1,0 +1,276 @@
+package discovery_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+func writeNode(t testing.TB, opts simnode.Options) *simnode.Node {
+	t.Helper()
+	n, err := simnode.Write(t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("write simulated node: %v", err)
+	}
+	return n
+}
+
+func scan(t testing.TB, root string) *discovery.Result {
+	t.Helper()
+	res, err := (&discovery.Scanner{Root: root}).Scan()
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	return res
+}
+
+func TestScan(t *testing.T) {
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		for _, tc := range []struct {
+			name         string
+			cards, ports int
+			vf, dashed   bool
+		}{
+			{name: "two cards", cards: 2, ports: 1},
+			{name: "multi-port", cards: 1, ports: 3},
+			{name: "sriov vf", cards: 2, ports: 2, vf: true},
+			{name: "dashed ids", cards: 2, ports: 1, dashed: true},
+		} {
+			t.Run(fmt.Sprintf("%s/%s", drv, tc.name), func(t *testing.T) {
+				n := writeNode(t, simnode.Options{Driver: drv, Cards: tc.cards, PortsPerCard: tc.ports, VF: tc.vf, DashedIDs: tc.dashed})
+				res := scan(t, n.Root)
+				if res.Driver != drv {
+					t.Fatalf("detected %q, want %q", res.Driver, drv)
+				}
+				if len(res.Errors) != 0 {
+					t.Fatalf("unexpected errors: %v", res.Errors)
+				}
+				if len(res.Cards) != tc.cards {
+					t.Fatalf("found %d cards, want %d", len(res.Cards), tc.cards)
+				}
+				names := map[string]bool{}
+				for ci, c := range res.Cards {
+					sc := n.Cards[ci]
+					if c.PCIAddress != sc.PCIAddress {
+						t.Errorf("card %d address %q, want %q", ci, c.PCIAddress, sc.PCIAddress)
+					}
+					if c.InterfaceID != simnode.DefaultInterfaceID {
+						t.Errorf("card %s interface %q, want canonical %q", c.PCIAddress, c.InterfaceID, simnode.DefaultInterfaceID)
+					}
+					if c.VendorID != "0x8086" || c.DeviceID != "0x09c4" || c.PortsNum != tc.ports {
+						t.Errorf("card %s: vendor %s device %s ports_num %d", c.PCIAddress, c.VendorID, c.DeviceID, c.PortsNum)
+					}
+					if c.NUMANode != ci%2 || c.SocketID != ci%2 {
+						t.Errorf("card %s: numa %d socket %d, want %d", c.PCIAddress, c.NUMANode, c.SocketID, ci%2)
+					}
+					if c.FME.Name != sc.FMEName || c.FME.Path != "/dev/"+sc.FMEName || c.FME.HostPath != filepath.Join(n.Root, "dev", sc.FMEName) {
+						t.Errorf("card %s FME node %+v", c.PCIAddress, c.FME)
+					}
+					if !strings.HasPrefix(c.BitstreamID, "0x") {
+						t.Errorf("card %s bitstream_id %q", c.PCIAddress, c.BitstreamID)
+					}
+					if len(c.Ports) != tc.ports {
+						t.Fatalf("card %s has %d ports, want %d", c.PCIAddress, len(c.Ports), tc.ports)
+					}
+					for pi, p := range c.Ports {
+						sp := sc.Ports[pi]
+						if p.Node.Name != sp.Name || p.ID != sp.ID || p.PCIAddress != sp.PCIAddress {
+							t.Errorf("port %d of %s: got %s id %d on %s, want %s id %d on %s", pi, c.PCIAddress, p.Node.Name, p.ID, p.PCIAddress, sp.Name, sp.ID, sp.PCIAddress)
+						}
+						if p.VirtualFunction != tc.vf {
+							t.Errorf("port %s virtual function %v, want %v", p.Node.Name, p.VirtualFunction, tc.vf)
+						}
+						if p.Node.Minor != uint32(sp.Minor) {
+							t.Errorf("port %s minor %d, want %d", p.Node.Name, p.Node.Minor, sp.Minor)
+						}
+						if len(p.AFUID) != 32 || strings.Contains(p.AFUID, "-") {
+							t.Errorf("port %s AFU ID %q not canonical", p.Node.Name, p.AFUID)
+						}
+						if !n.RegularFiles && !p.Health.Healthy {
+							t.Errorf("port %s unhealthy: %s", p.Node.Name, p.Health)
+						}
+						if names[p.DeviceName()] {
+							t.Errorf("device name %s not unique", p.DeviceName())
+						}
+						names[p.DeviceName()] = true
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestScanDeviceNameStable(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 2})
+	a := scan(t, n.Root).Ports()
+	b := scan(t, n.Root).Ports()
+	if got := a[0].DeviceName(); got != "fpga-0000-01-00-0-p0" {
+		t.Errorf("device name %q, want fpga-0000-01-00-0-p0", got)
+	}
+	for i := range a {
+		if a[i].DeviceName() != b[i].DeviceName() {
+			t.Errorf("name changed between scans: %s vs %s", a[i].DeviceName(), b[i].DeviceName())
+		}
+	}
+}
+
+func TestScanMissingInterfaceID(t *testing.T) {
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		t.Run(string(drv), func(t *testing.T) {
+			n := writeNode(t, simnode.Options{Driver: drv, Cards: 2, PortsPerCard: 1})
+			if err := n.RemoveInterfaceID(n.Cards[1]); err != nil {
+				t.Fatal(err)
+			}
+			res := scan(t, n.Root)
+			if len(res.Cards) != 1 || res.Cards[0].PCIAddress != n.Cards[0].PCIAddress {
+				t.Fatalf("want only card %s, got %d cards", n.Cards[0].PCIAddress, len(res.Cards))
+			}
+			if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), n.Cards[1].PCIAddress) || !strings.Contains(res.Errors[0].Error(), "interface ID") {
+				t.Fatalf("want one interface ID error naming %s, got %v", n.Cards[1].PCIAddress, res.Errors)
+			}
+		})
+	}
+}
+
+func TestScanAllF(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	if err := n.SetAFUID(n.Cards[0].Ports[0], discovery.AllF); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetInterfaceID(n.Cards[1], discovery.AllF); err != nil {
+		t.Fatal(err)
+	}
+	res := scan(t, n.Root)
+	if len(res.Cards) != 2 {
+		t.Fatalf("want 2 cards, got %d (%v)", len(res.Cards), res.Errors)
+	}
+	for _, c := range res.Cards {
+		p := c.Ports[0]
+		if p.Health.Healthy {
+			t.Errorf("port %s healthy, want unhealthy for all-f id", p.Node.Name)
+		}
+		if !strings.Contains(p.Health.String(), "all-f") {
+			t.Errorf("port %s reason %q does not say all-f", p.Node.Name, p.Health)
+		}
+	}
+}
+
+func TestScanNoDriver(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "sys/class"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := scan(t, root)
+	if res.Driver != discovery.DriverNone || len(res.Cards) != 0 || len(res.Errors) != 0 {
+		t.Fatalf("want driver none and nothing found, got %q %d cards %v", res.Driver, len(res.Cards), res.Errors)
+	}
+}
+
+func TestScanForcedDriverMissing(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
+	_, err := (&discovery.Scanner{Root: n.Root, Force: discovery.DriverOPAE}).Scan()
+	if err == nil || !strings.Contains(err.Error(), "sys/class/fpga") {
+		t.Fatalf("forcing opae on a dfl tree: want an error naming sys/class/fpga, got %v", err)
+	}
+}
+
+func TestScanSkipsPRRegions(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 2})
+	entries, err := os.ReadDir(filepath.Join(n.Root, "sys/class/fpga_region"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 3 {
+		t.Fatalf("simulated node has %d class regions, want 3 (card + 2 PR regions)", len(entries))
+	}
+	res := scan(t, n.Root)
+	if len(res.Cards) != 1 || len(res.Ports()) != 2 || len(res.Errors) != 0 {
+		t.Fatalf("want 1 card with 2 ports and no errors, got %d cards %d ports %v", len(res.Cards), len(res.Ports()), res.Errors)
+	}
+}
+
+func TestScanDeviceNodeChecks(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverOPAE, Cards: 1, PortsPerCard: 2})
+	if n.RegularFiles {
+		t.Skip("this process cannot mknod, so the simulated /dev holds regular files")
+	}
+	if err := n.RemoveDevNode(n.Cards[0].Ports[1]); err != nil {
+		t.Fatal(err)
+	}
+	res := scan(t, n.Root)
+	ports := res.Ports()
+	if !ports[0].Health.Healthy {
+		t.Errorf("port 0 unhealthy: %s", ports[0].Health)
+	}
+	if ports[1].Health.Healthy || !strings.Contains(ports[1].Health.String(), "/dev/intel-fpga-port.1") {
+		t.Errorf("port 1 health %q, want unhealthy naming its node", ports[1].Health)
+	}
+}
+
+func TestRefresh(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	s := &discovery.Scanner{Root: n.Root}
+	res := scan(t, n.Root)
+	if _, changed := s.Refresh(res); changed {
+		t.Fatal("refresh of an unchanged tree reports a change")
+	}
+	const newAFU = "0123456789abcdef0123456789abcdef"
+	if err := n.SetAFUID(n.Cards[1].Ports[0], newAFU); err != nil {
+		t.Fatal(err)
+	}
+	next, changed := s.Refresh(res)
+	if !changed {
+		t.Fatal("refresh missed an AFU ID change")
+	}
+	if got := next.Cards[1].Ports[0].AFUID; got != newAFU {
+		t.Fatalf("refreshed AFU ID %q, want %q", got, newAFU)
+	}
+	if res.Cards[1].Ports[0].AFUID == newAFU {
+		t.Fatal("refresh modified the earlier result in place")
+	}
+	if err := n.SetPortErrors(n.Cards[0].Ports[0], "0x4"); err != nil {
+		t.Fatal(err)
+	}
+	next2, changed := s.Refresh(next)
+	if !changed || next2.Cards[0].Ports[0].Health.Healthy {
+		t.Fatalf("refresh missed port error bits: changed=%v health=%s", changed, next2.Cards[0].Ports[0].Health)
+	}
+}
+
+func BenchmarkDiscover(b *testing.B) {
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		for _, cards := range []int{8, 64} {
+			b.Run(fmt.Sprintf("%s-%d", drv, cards), func(b *testing.B) {
+				n := writeNode(b, simnode.Options{Driver: drv, Cards: cards, PortsPerCard: 1})
+				s := &discovery.Scanner{Root: n.Root}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					res, err := s.Scan()
+					if err != nil || len(res.Cards) != cards {
+						b.Fatalf("scan: %v, %d cards", err, len(res.Cards))
+					}
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkRefresh64(b *testing.B) {
+	n := writeNode(b, simnode.Options{Driver: discovery.DriverDFL, Cards: 64, PortsPerCard: 1})
+	s := &discovery.Scanner{Root: n.Root}
+	res, err := s.Scan()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.Refresh(res)
+	}
+}

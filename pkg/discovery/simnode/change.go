@@ -1,0 +1,120 @@
+package simnode
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Changes to a written node, as the kernel would make them: hot-unplug,
+// reprogramming, error bits, a missing driver module.
+
+// Port returns the port with the given kernel name.
+func (n *Node) Port(name string) (*Card, *Port, error) {
+	for _, c := range n.Cards {
+		for _, p := range c.Ports {
+			if p.Name == name {
+				return c, p, nil
+			}
+		}
+	}
+	return nil, nil, fmt.Errorf("simulated node has no port %q", name)
+}
+
+// SetAFUID replaces the AFU ID a port reports, atomically (temp file and
+// rename), as partial reconfiguration changes it.
+func (n *Node) SetAFUID(p *Port, afuID string) error {
+	return replaceFile(filepath.Join(p.SysfsPath, "afu_id"), n.id(afuID)+"\n")
+}
+
+// SetPortErrors writes a port's errors/errors attribute ("0x0" clears it).
+func (n *Node) SetPortErrors(p *Port, value string) error {
+	return replaceFile(filepath.Join(p.SysfsPath, "errors", "errors"), value+"\n")
+}
+
+// SetFMEErrors writes the card FME's fme_errors (DFL) or errors (OPAE) attribute.
+func (n *Node) SetFMEErrors(c *Card, value string) error {
+	name := "fme_errors"
+	if strings.HasPrefix(c.FMEName, "intel-") {
+		name = "errors"
+	}
+	return replaceFile(filepath.Join(c.FMEPath, "errors", name), value+"\n")
+}
+
+// RemoveInterfaceID deletes every compat_id (DFL) or pr/interface_id (OPAE)
+// of a card, as happens when dfl_fme_mgr, dfl_fme_br and dfl_fme_region are
+// not loaded.
+func (n *Node) RemoveInterfaceID(c *Card) error {
+	paths, _ := filepath.Glob(filepath.Join(c.FMEPath, "dfl-fme-region.*", "fpga_region", "region*", "compat_id"))
+	paths = append(paths, filepath.Join(c.FMEPath, "pr", "interface_id"))
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetInterfaceID rewrites the interface ID of every PR region of a card.
+func (n *Node) SetInterfaceID(c *Card, id string) error {
+	c.InterfaceID = id
+	paths, _ := filepath.Glob(filepath.Join(c.FMEPath, "dfl-fme-region.*", "fpga_region", "region*", "compat_id"))
+	if strings.HasPrefix(c.FMEName, "intel-") {
+		paths = []string{filepath.Join(c.FMEPath, "pr", "interface_id")}
+	}
+	for _, p := range paths {
+		if err := replaceFile(p, n.id(id)+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoveDevNode deletes a port's /dev node, as a crashed driver might.
+func (n *Node) RemoveDevNode(p *Port) error { return os.Remove(p.DevPath) }
+
+// RemoveCard hot-unplugs a card: its PCI functions (and VFs), every class,
+// bus and /sys/dev/char link that pointed into them, and its /dev nodes.
+// The card keeps its index; later cards keep their addresses.
+func (n *Node) RemoveCard(c *Card) error {
+	for _, p := range c.Ports {
+		_ = os.Remove(p.DevPath)
+	}
+	_ = os.Remove(filepath.Join(n.Root, "dev", c.FMEName))
+	gone := func(target string) bool {
+		return strings.HasPrefix(target, c.PCIPath) ||
+			strings.HasPrefix(target, strings.TrimSuffix(c.PCIPath, ".0")+".")
+	}
+	for _, dir := range []string{"sys/class/fpga_region", "sys/class/fpga", "sys/dev/char", "sys/bus/pci/devices"} {
+		d := filepath.Join(n.Root, dir)
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			l := filepath.Join(d, e.Name())
+			t, err := os.Readlink(l)
+			if err != nil {
+				continue
+			}
+			if gone(filepath.Join(d, t)) {
+				if err := os.Remove(l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	siblings, _ := filepath.Glob(strings.TrimSuffix(c.PCIPath, ".0") + ".*")
+	for _, s := range siblings {
+		if err := os.RemoveAll(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func replaceFile(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

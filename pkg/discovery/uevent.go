@@ -1,0 +1,114 @@
+package discovery
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Uevent is one kernel object event as the kernel broadcasts it on the
+// NETLINK_KOBJECT_UEVENT socket: "ACTION@DEVPATH\0KEY=VALUE\0...".
+type Uevent struct {
+	Action    string // add, remove, change, bind, unbind, ...
+	DevPath   string // below /sys
+	Subsystem string
+	Env       map[string]string
+}
+
+// maxUevent is the largest message the kernel sends (UEVENT_BUFFER_SIZE).
+const maxUevent = 2048
+
+// ParseUevent decodes one kernel uevent message. Messages from udev (which
+// start with "libudev") and malformed messages are rejected.
+func ParseUevent(msg []byte) (Uevent, error) {
+	if bytes.HasPrefix(msg, []byte("libudev")) {
+		return Uevent{}, fmt.Errorf("uevent: a udev message, not a kernel one")
+	}
+	if len(msg) > maxUevent {
+		return Uevent{}, fmt.Errorf("uevent: %d bytes, more than the kernel's %d", len(msg), maxUevent)
+	}
+	fields := bytes.Split(bytes.TrimRight(msg, "\x00"), []byte{0})
+	head := string(fields[0])
+	action, devpath, ok := strings.Cut(head, "@")
+	if !ok || action == "" || !strings.HasPrefix(devpath, "/") {
+		return Uevent{}, fmt.Errorf("uevent: header %q is not ACTION@/DEVPATH", head)
+	}
+	ev := Uevent{Action: action, DevPath: devpath, Env: map[string]string{}}
+	for _, f := range fields[1:] {
+		k, v, ok := strings.Cut(string(f), "=")
+		if !ok || k == "" {
+			return Uevent{}, fmt.Errorf("uevent: field %q is not KEY=VALUE", f)
+		}
+		ev.Env[k] = v
+	}
+	if a := ev.Env["ACTION"]; a != "" && a != action {
+		return Uevent{}, fmt.Errorf("uevent: header action %q disagrees with ACTION=%q", action, a)
+	}
+	ev.Subsystem = ev.Env["SUBSYSTEM"]
+	return ev, nil
+}
+
+// Relevant reports whether the event can change what discovery finds: a
+// device of the FPGA classes or their DFL/OPAE children appearing or going,
+// or a PCI function with the processing-accelerator class (0x12) being
+// added or removed (which takes its FPGA devices with it).
+func (e Uevent) Relevant() bool {
+	switch e.Action {
+	case "add", "remove", "bind", "unbind", "move", "change":
+	default:
+		return false
+	}
+	switch e.Subsystem {
+	case "fpga_region", "fpga", "dfl", "fpga_bridge", "fpga_manager":
+		return true
+	case "pci":
+		return strings.HasPrefix(e.Env["PCI_CLASS"], "12")
+	}
+	return strings.Contains(e.DevPath, "/dfl-") || strings.Contains(e.DevPath, "/intel-fpga-")
+}
+
+// UeventSource yields kernel uevents, one datagram per read.
+type UeventSource struct {
+	f *os.File // non-blocking, so Close unblocks Read through the poller
+}
+
+// NewNetlinkUeventSource opens a NETLINK_KOBJECT_UEVENT socket bound to the
+// kernel's broadcast group.
+func NewNetlinkUeventSource() (*UeventSource, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_KOBJECT_UEVENT)
+	if err != nil {
+		return nil, fmt.Errorf("open uevent netlink socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1}); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("bind uevent netlink socket: %w", err)
+	}
+	return &UeventSource{f: os.NewFile(uintptr(fd), "uevent-netlink")}, nil
+}
+
+// NewUeventSourceFD reads uevents from any datagram socket, for example one
+// end of a socketpair that a test writes kernel-format messages into. The
+// source owns fd.
+func NewUeventSourceFD(fd int) (*UeventSource, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("uevent source: %w", err)
+	}
+	return &UeventSource{f: os.NewFile(uintptr(fd), "uevent")}, nil
+}
+
+// Read blocks for the next datagram and parses it. It fails once Close was
+// called.
+func (s *UeventSource) Read() (Uevent, error) {
+	var buf [maxUevent + 1]byte
+	n, err := s.f.Read(buf[:])
+	if err != nil {
+		return Uevent{}, fmt.Errorf("read uevent: %w", err)
+	}
+	return ParseUevent(buf[:n])
+}
+
+// Close unblocks Read and releases the socket.
+func (s *UeventSource) Close() error { return s.f.Close() }

@@ -1,0 +1,197 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Watcher keeps a discovery result current. A relevant kernel uevent (a
+// card or port added or removed) triggers a full rescan; every Interval only
+// the ID, error and device-node attributes are re-read (Scanner.Refresh),
+// never the whole tree. Each result that differs from the previous one is
+// handed to OnChange, from one goroutine, in order.
+type Watcher struct {
+	Scanner *Scanner
+	// Interval between cheap re-reads; 30 s when zero.
+	Interval time.Duration
+	// Events delivers hot-plug uevents. When nil the watcher cannot see
+	// hot-plug and falls back to a full rescan every Interval.
+	Events *UeventSource
+	// Settle is how long to collect a burst of uevents (a card brings
+	// several) before rescanning; 100 ms when zero.
+	Settle   time.Duration
+	OnChange func(ctx context.Context, res *Result)
+
+	mu      sync.Mutex
+	current *Result
+	poke    chan bool // true: full rescan; false: refresh
+	once    sync.Once
+}
+
+func (w *Watcher) init() {
+	w.once.Do(func() { w.poke = make(chan bool, 1) })
+}
+
+// Current returns the latest result (nil before Run's first scan).
+func (w *Watcher) Current() *Result {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current
+}
+
+// Refresh asks the running watcher for an immediate cheap re-read, e.g.
+// after a port was reprogrammed. It does not wait.
+func (w *Watcher) Refresh() { w.trigger(false) }
+
+// Rescan asks the running watcher for an immediate full rescan.
+func (w *Watcher) Rescan() { w.trigger(true) }
+
+func (w *Watcher) trigger(full bool) {
+	w.init()
+	for {
+		select {
+		case w.poke <- full:
+			return
+		default:
+		}
+		// A pending request is there: upgrade it to a full rescan if needed.
+		select {
+		case prev := <-w.poke:
+			full = full || prev
+		default:
+		}
+	}
+}
+
+// Run scans once, reports the result, and keeps watching until ctx ends.
+// It returns an error only when the first scan fails.
+func (w *Watcher) Run(ctx context.Context) error {
+	w.init()
+	logger := klog.FromContext(ctx)
+	interval := w.Interval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	settle := w.Settle
+	if settle <= 0 {
+		settle = 100 * time.Millisecond
+	}
+	res, err := w.Scanner.Scan()
+	if err != nil {
+		return err
+	}
+	w.publish(ctx, res)
+
+	hotplug := make(chan struct{}, 1)
+	if w.Events != nil {
+		go w.readEvents(ctx, hotplug)
+		go func() {
+			<-ctx.Done()
+			_ = w.Events.Close()
+		}()
+	} else {
+		logger.Info("No uevent source: hot-plug is seen through a full rescan every interval", "interval", interval)
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	var settleC <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hotplug:
+			if settleC == nil {
+				settleC = time.After(settle)
+			}
+		case <-settleC:
+			settleC = nil
+			w.scan(ctx)
+		case full := <-w.poke:
+			if full {
+				w.scan(ctx)
+			} else {
+				w.refresh(ctx)
+			}
+		case <-ticker.C:
+			if w.Events == nil {
+				w.scan(ctx)
+			} else {
+				w.refresh(ctx)
+			}
+		}
+	}
+}
+
+func (w *Watcher) readEvents(ctx context.Context, hotplug chan<- struct{}) {
+	logger := klog.FromContext(ctx)
+	for {
+		ev, err := w.Events.Read()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) {
+				return
+			}
+			logger.V(5).Info("Ignoring uevent", "err", err)
+			continue
+		}
+		if !ev.Relevant() {
+			continue
+		}
+		logger.V(4).Info("FPGA uevent", "action", ev.Action, "devpath", ev.DevPath, "subsystem", ev.Subsystem)
+		select {
+		case hotplug <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *Watcher) scan(ctx context.Context) {
+	res, err := w.Scanner.Scan()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Rescan failed; keeping the previous result")
+		return
+	}
+	if old := w.Current(); old != nil && SameResult(old, res) {
+		return
+	}
+	w.publish(ctx, res)
+}
+
+func (w *Watcher) refresh(ctx context.Context) {
+	old := w.Current()
+	if old == nil {
+		w.scan(ctx)
+		return
+	}
+	if res, changed := w.Scanner.Refresh(old); changed {
+		w.publish(ctx, res)
+	}
+}
+
+func (w *Watcher) publish(ctx context.Context, res *Result) {
+	w.mu.Lock()
+	w.current = res
+	w.mu.Unlock()
+	if w.OnChange != nil {
+		w.OnChange(ctx, res)
+	}
+}
+
+// SameResult reports whether two results describe the same cards, ports,
+// IDs, health and errors.
+func SameResult(a, b *Result) bool {
+	if a.Driver != b.Driver || len(a.Errors) != len(b.Errors) {
+		return false
+	}
+	for i := range a.Errors {
+		if a.Errors[i].Error() != b.Errors[i].Error() {
+			return false
+		}
+	}
+	return reflect.DeepEqual(a.Cards, b.Cards)
+}

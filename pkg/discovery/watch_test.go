@@ -1,0 +1,110 @@
+package discovery_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// startWatcher runs a watcher whose uevents come from one end of a datagram
+// socketpair; the returned function sends a kernel-format uevent into it.
+func startWatcher(t *testing.T, root string, interval time.Duration) (<-chan *discovery.Result, func(action, devpath, subsystem string)) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := discovery.NewUeventSourceFD(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fds[1]) })
+	results := make(chan *discovery.Result, 16)
+	w := &discovery.Watcher{
+		Scanner:  &discovery.Scanner{Root: root},
+		Interval: interval,
+		Events:   src,
+		Settle:   time.Millisecond,
+		OnChange: func(_ context.Context, res *discovery.Result) { results <- res },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watcher: %v", err)
+		}
+	})
+	send := func(action, devpath, subsystem string) {
+		msg := fmt.Sprintf("%s@%s\x00ACTION=%s\x00DEVPATH=%s\x00SUBSYSTEM=%s\x00SEQNUM=7\x00", action, devpath, action, devpath, subsystem)
+		if _, err := unix.Write(fds[1], []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return results, send
+}
+
+func next(t *testing.T, results <-chan *discovery.Result) *discovery.Result {
+	t.Helper()
+	select {
+	case res := <-results:
+		return res
+	case <-time.After(10 * time.Second):
+		t.Fatal("no discovery result within 10s")
+		return nil
+	}
+}
+
+func devpath(n *simnode.Node, p string) string {
+	return strings.TrimPrefix(p, n.Root+"/sys")
+}
+
+func TestWatcherHotplug(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
+	results, send := startWatcher(t, n.Root, time.Hour)
+	if res := next(t, results); len(res.Cards) != 1 {
+		t.Fatalf("initial scan: %d cards, want 1", len(res.Cards))
+	}
+	c, err := n.AddCard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An irrelevant event first: it must not trigger anything on its own.
+	send("add", "/devices/virtual/net/veth0", "net")
+	send("add", devpath(n, c.Ports[0].SysfsPath), "dfl")
+	res := next(t, results)
+	if len(res.Cards) != 2 || res.Cards[1].PCIAddress != c.PCIAddress {
+		t.Fatalf("after hot-plug: %d cards, want 2 with %s", len(res.Cards), c.PCIAddress)
+	}
+	if err := n.RemoveCard(n.Cards[0]); err != nil {
+		t.Fatal(err)
+	}
+	send("remove", devpath(n, n.Cards[0].PCIPath), "pci")
+	send("remove", devpath(n, n.Cards[0].FMEPath), "dfl")
+	res = next(t, results)
+	if len(res.Cards) != 1 || res.Cards[0].PCIAddress != c.PCIAddress {
+		t.Fatalf("after hot-unplug: %d cards, want only %s", len(res.Cards), c.PCIAddress)
+	}
+}
+
+func TestWatcherPeriodicRefresh(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverOPAE, Cards: 2, PortsPerCard: 1})
+	results, _ := startWatcher(t, n.Root, 5*time.Millisecond)
+	next(t, results)
+	const afu = "00112233445566778899aabbccddeeff"
+	if err := n.SetAFUID(n.Cards[1].Ports[0], afu); err != nil {
+		t.Fatal(err)
+	}
+	res := next(t, results)
+	if got := res.Cards[1].Ports[0].AFUID; got != afu {
+		t.Fatalf("AFU ID after refresh %q, want %q", got, afu)
+	}
+}
