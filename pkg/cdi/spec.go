@@ -1,0 +1,84 @@
+package cdi
+
+import (
+	"fmt"
+	"strings"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Names of the environment variables set in every container that gets a
+// claim's devices. Each holds a comma-separated list, one entry per port.
+const (
+	// EnvPorts lists the container paths of the port device nodes.
+	EnvPorts = "FPGA_PORTS"
+	// EnvAFUIDs lists the accelerator function loaded behind each port.
+	EnvAFUIDs = "FPGA_AFU_IDS"
+	// EnvInterfaceIDs lists the interface ID of each port's region.
+	EnvInterfaceIDs = "FPGA_INTERFACE_IDS"
+	// EnvAcceleratorUnits lists the PCI address of the function carrying
+	// each port, as the b-com FPGA device plugin does.
+	EnvAcceleratorUnits = "ACCELERATOR_UNITS"
+)
+
+// devicePermissions lets a container read and write a port node but not
+// create device nodes.
+const devicePermissions = "rw"
+
+// buildSpec returns the CDI spec of a claim and the CDI device IDs of its
+// devices, in order. The spec's version is the lowest that supports its
+// content, so that older runtimes read it.
+func (w *Writer) buildSpec(claimUID string, devices []Device) (*cdispec.Spec, []string, error) {
+	if len(devices) == 0 {
+		return nil, nil, fmt.Errorf("claim %s: no devices: a claim spec needs at least one", claimUID)
+	}
+	spec := &cdispec.Spec{Kind: w.vendor + "/" + w.class}
+	ids := make([]string, 0, len(devices))
+	seen := make(map[string]bool, len(devices))
+	var ports, afuIDs, interfaceIDs, units []string
+	for i, d := range devices {
+		if err := d.validate(); err != nil {
+			return nil, nil, fmt.Errorf("claim %s: device %d: %w", claimUID, i, err)
+		}
+		if seen[d.name] {
+			return nil, nil, fmt.Errorf("claim %s: device %s is given twice", claimUID, d.name)
+		}
+		seen[d.name] = true
+
+		spec.Devices = append(spec.Devices, cdispec.Device{
+			Name: cdiDeviceName(claimUID, d.name),
+			ContainerEdits: cdispec.ContainerEdits{
+				DeviceNodes: []*cdispec.DeviceNode{{
+					Path:        d.node.Path,
+					HostPath:    d.node.HostPath,
+					Type:        "c",
+					Major:       int64(d.node.Major),
+					Minor:       int64(d.node.Minor),
+					Permissions: devicePermissions,
+				}},
+			},
+		})
+		ids = append(ids, w.deviceID(claimUID, d.name))
+		ports = append(ports, d.node.Path)
+		afuIDs = append(afuIDs, d.afuID)
+		interfaceIDs = append(interfaceIDs, d.interfaceID)
+		units = append(units, d.pciAddress)
+	}
+	spec.ContainerEdits.Env = []string{
+		env(EnvPorts, ports),
+		env(EnvAFUIDs, afuIDs),
+		env(EnvInterfaceIDs, interfaceIDs),
+		env(EnvAcceleratorUnits, units),
+	}
+
+	version, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim %s: CDI spec version: %w", claimUID, err)
+	}
+	spec.Version = version
+	return spec, ids, nil
+}
+
+func env(name string, values []string) string {
+	return name + "=" + strings.Join(values, ",")
+}
