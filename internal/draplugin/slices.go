@@ -89,7 +89,9 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 		return resourceapi.QualifiedName(o.DriverName + "/" + name)
 	}
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
-	num := func(n int) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))} }
+	num := func(n int) resourceapi.DeviceAttribute {
+		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))}
+	}
 	flag := func(b bool) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{BoolValue: ptr.To(b)} }
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		q(AttrInterfaceID):     str(c.InterfaceID),

@@ -1,0 +1,197 @@
+package draplugin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+const (
+	driverName = "fpga.dra.dev"
+	nodeName   = "worker-1"
+)
+
+// testNode is a running driver on a simulated node, with a fake API server
+// behind it and a test kubelet in front of it.
+type testNode struct {
+	sim     *simnode.Node
+	client  *fake.Clientset
+	driver  *draplugin.Driver
+	regDir  string
+	dataDir string
+	// uevent sends a kernel-format uevent to the driver's watcher.
+	uevent func(action, devpath, subsystem string)
+}
+
+type nodeOptions struct {
+	sim    simnode.Options
+	claims draplugin.ClaimPreparer
+	// configure adjusts the driver config before start.
+	configure func(*draplugin.Config)
+}
+
+func startNode(t *testing.T, o nodeOptions) *testNode {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	if o.sim.Driver == "" {
+		o.sim.Driver = discovery.DriverDFL
+	}
+	if o.sim.PortsPerCard == 0 {
+		o.sim.PortsPerCard = 1
+	}
+	sim, err := simnode.Write(t.TempDir(), o.sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Unix socket paths are limited to 108 bytes: keep them short.
+	base, err := os.MkdirTemp("", "fdra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	n := &testNode{
+		sim:     sim,
+		client:  fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
+		regDir:  filepath.Join(base, "reg"),
+		dataDir: filepath.Join(base, "data"),
+	}
+	for _, d := range []string{n.regDir, n.dataDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := discovery.NewUeventSourceFD(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fds[1]) })
+	n.uevent = func(action, devpath, subsystem string) {
+		msg := fmt.Sprintf("%s@%s\x00ACTION=%s\x00DEVPATH=%s\x00SUBSYSTEM=%s\x00", action, devpath, action, devpath, subsystem)
+		if _, err := unix.Write(fds[1], []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := draplugin.Config{
+		DriverName:      driverName,
+		NodeName:        nodeName,
+		KubeClient:      n.client,
+		RegistrarDir:    n.regDir,
+		PluginDataDir:   n.dataDir,
+		Scanner:         &discovery.Scanner{Root: sim.Root},
+		Events:          events,
+		RefreshInterval: time.Hour, // tests trigger refreshes explicitly
+		Programmable:    true,
+		Claims:          o.claims,
+	}
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	d, err := draplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start driver: %v", err)
+	}
+	t.Cleanup(d.Stop)
+	n.driver = d
+	return n
+}
+
+func dial(t *testing.T, path string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial %s: %v", path, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// register does what the kubelet's plugin watcher does: GetInfo on the
+// registration socket, then NotifyRegistrationStatus. It returns the info.
+func (n *testNode) register(t *testing.T) *registerapi.PluginInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg := registerapi.NewRegistrationClient(dial(t, filepath.Join(n.regDir, driverName+"-reg.sock")))
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatalf("NotifyRegistrationStatus: %v", err)
+	}
+	return info
+}
+
+func (n *testNode) draClient(t *testing.T) drapbv1.DRAPluginClient {
+	return drapbv1.NewDRAPluginClient(dial(t, filepath.Join(n.dataDir, "dra.sock")))
+}
+
+func (n *testNode) healthClient(t *testing.T) drahealthv1.DRAResourceHealthClient {
+	return drahealthv1.NewDRAResourceHealthClient(dial(t, filepath.Join(n.dataDir, "dra.sock")))
+}
+
+// waitSlices watches the fake API server until the node's ResourceSlices
+// satisfy ok, and returns them.
+func (n *testNode) waitSlices(t *testing.T, ok func([]resourceapi.ResourceSlice) bool) []resourceapi.ResourceSlice {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := n.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		list, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(list.Items) {
+			return list.Items
+		}
+		select {
+		case ev, open := <-w.ResultChan():
+			if !open || ev.Type == watch.Error {
+				t.Fatalf("slice watch ended: %v", ev)
+			}
+		case <-ctx.Done():
+			t.Fatalf("ResourceSlices never reached the expected state; last: %+v", list.Items)
+		}
+	}
+}
+
+func deviceNames(slices []resourceapi.ResourceSlice) []string {
+	var names []string
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			names = append(names, d.Name)
+		}
+	}
+	return names
+}
