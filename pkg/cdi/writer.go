@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 )
 
@@ -94,7 +96,7 @@ func (w *Writer) RemoveClaimSpec(claimUID string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("claim %s: remove CDI spec: %w", claimUID, err)
 	}
-	if err := removeStaleTemporaryFiles(path); err != nil {
+	if err := atomicfile.RemoveStale(path); err != nil {
 		return fmt.Errorf("claim %s: %w", claimUID, err)
 	}
 	return nil

@@ -1,0 +1,166 @@
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// Claims prepares ResourceClaims on the shared node State: it turns a
+// claim's allocation into device requests with their FpgaConfig, prepares
+// the claims of one call in parallel, and records events on the claims.
+type Claims struct {
+	DriverName string
+	// PoolName is the node's pool (the node name).
+	PoolName string
+	State    *state.State
+	// Recorder records events on claims; nil records none.
+	Recorder events.EventRecorder
+}
+
+var _ ClaimPreparer = &Claims{}
+
+// Prepare implements ClaimPreparer. Claims are independent: each gets its
+// own result, and they are prepared concurrently.
+func (c *Claims) Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim, devs *discovery.Result) map[types.UID]kubeletplugin.PrepareResult {
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, claim := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.prepareClaim(ctx, claim, devs)
+			mu.Lock()
+			results[claim.UID] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim, devs *discovery.Result) kubeletplugin.PrepareResult {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim))
+	ctx = klog.NewContext(ctx, logger)
+	fail := func(err error) kubeletplugin.PrepareResult {
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+	}
+	reqs, err := c.requests(claim)
+	if err != nil {
+		c.event(claim, v1.EventTypeWarning, "InvalidConfig", "Prepare", "%v", err)
+		return fail(err)
+	}
+	h := state.Holder{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
+	out, err := c.State.Prepare(ctx, h, reqs, devs)
+	for _, p := range out.Programmed {
+		if p.Err != nil {
+			c.event(claim, v1.EventTypeWarning, "ProgrammingFailed", "Program", "Loading AFU %s into %s failed after %s: %v", p.AFUID, p.Device, p.Duration.Round(1e6), p.Err)
+		} else {
+			c.event(claim, v1.EventTypeNormal, "Programmed", "Program", "Loaded AFU %s into %s from %s in %s", p.AFUID, p.Device, p.Bitstream, p.Duration.Round(1e6))
+		}
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, state.ErrInProgress):
+			logger.V(2).Info("Programming still running", "err", err)
+		case len(out.Programmed) == 0:
+			c.event(claim, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%v", err)
+		}
+		return fail(err)
+	}
+	result := kubeletplugin.PrepareResult{}
+	for _, d := range out.Devices {
+		result.Devices = append(result.Devices, kubeletplugin.Device{
+			Requests:     d.Requests,
+			PoolName:     c.PoolName,
+			DeviceName:   d.Device,
+			CDIDeviceIDs: d.CDIDeviceIDs,
+		})
+	}
+	return result
+}
+
+// requests lists the claim's devices of this driver and pool with the
+// FpgaConfig that applies to each: DeviceClass configs first, then claim
+// configs, later ones overriding earlier ones; a config scoped to requests
+// applies only to those (a subrequest "r/s" also matches "r"); opaque
+// configs of other drivers are ignored.
+func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceRequest, error) {
+	if claim.Status.Allocation == nil {
+		return nil, errors.New("the claim is not allocated")
+	}
+	alloc := claim.Status.Allocation.Devices
+	var ordered []resourceapi.DeviceAllocationConfiguration
+	for _, src := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
+		for _, cfg := range alloc.Config {
+			if cfg.Source == src && cfg.Opaque != nil && cfg.Opaque.Driver == c.DriverName {
+				ordered = append(ordered, cfg)
+			}
+		}
+	}
+	decoded := make([]*v1alpha1.FpgaConfig, len(ordered))
+	for i, cfg := range ordered {
+		fc, err := v1alpha1.DecodeAndValidate(cfg.Opaque.Parameters.Raw)
+		if err != nil {
+			where := "claim"
+			if cfg.Source == resourceapi.AllocationConfigSourceClass {
+				where = "device class"
+			}
+			return nil, fmt.Errorf("opaque config #%d for driver %s from the %s is invalid: %w", i, c.DriverName, where, err)
+		}
+		decoded[i] = fc
+	}
+	var reqs []state.DeviceRequest
+	for _, r := range alloc.Results {
+		if r.Driver != c.DriverName || r.Pool != c.PoolName {
+			continue
+		}
+		dr := state.DeviceRequest{Device: r.Device, Requests: []string{r.Request}}
+		parent, _, _ := strings.Cut(r.Request, "/")
+		for i, cfg := range ordered {
+			if len(cfg.Requests) == 0 || slices.Contains(cfg.Requests, r.Request) || slices.Contains(cfg.Requests, parent) {
+				dr.Config = decoded[i]
+			}
+		}
+		reqs = append(reqs, dr)
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("no device of driver %s in pool %s is allocated to the claim", c.DriverName, c.PoolName)
+	}
+	return reqs, nil
+}
+
+// Unprepare implements ClaimPreparer.
+func (c *Claims) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
+	results := make(map[types.UID]error, len(claims))
+	for _, claim := range claims {
+		if err := c.State.Unprepare(ctx, claim.UID); err != nil {
+			results[claim.UID] = fmt.Errorf("claim %s: %w", claim.NamespacedName, err)
+			continue
+		}
+		results[claim.UID] = nil
+	}
+	return results
+}
+
+func (c *Claims) event(claim *resourceapi.ResourceClaim, eventType, reason, action, format string, args ...any) {
+	if c.Recorder == nil {
+		return
+	}
+	c.Recorder.Eventf(claim, nil, eventType, reason, action, format, args...)
+}
