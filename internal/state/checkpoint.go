@@ -79,7 +79,8 @@ func EncodeCheckpoint(cp *Checkpoint) ([]byte, error) {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
 	sum := sha256.Sum256(data)
-	return json.MarshalIndent(envelope{Version: CheckpointVersion, Checksum: hex.EncodeToString(sum[:]), Data: data}, "", " ")
+	// Compact on purpose: indenting would re-format Data and break the sum.
+	return json.Marshal(envelope{Version: CheckpointVersion, Checksum: hex.EncodeToString(sum[:]), Data: data})
 }
 
 // DecodeCheckpoint parses a checkpoint file. On a checksum mismatch it still

@@ -1,0 +1,159 @@
+package program
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// Defaults for LoadOptions.
+const (
+	DefaultVerifyTimeout  = 10 * time.Second
+	DefaultVerifyInterval = 20 * time.Millisecond
+)
+
+// LoadOptions tunes Load. The zero value is ready to use.
+type LoadOptions struct {
+	// SHA256 pins the digest of the bitstream file (64 hex digits,
+	// optionally prefixed "sha256:"); empty for no pin.
+	SHA256 string
+	// VerifyTimeout bounds how long afu_id may stay busy (EBUSY, the port
+	// still disabled) after programming; DefaultVerifyTimeout when <= 0.
+	VerifyTimeout time.Duration
+	// VerifyInterval is the pause between reads of a busy afu_id;
+	// DefaultVerifyInterval when <= 0.
+	VerifyInterval time.Duration
+
+	// readAFUID replaces (*discovery.Port).ReadAFUID in tests, which cannot
+	// make a regular file return EBUSY.
+	readAFUID func(*discovery.Port) (string, error)
+}
+
+// Result describes one Load. Load fills it as far as it got, also on error.
+type Result struct {
+	// Programmer is the backend's Name.
+	Programmer  string
+	Path        string
+	InterfaceID string
+	AFUID       string
+	// SHA256 is the digest of the file as read for this load.
+	SHA256 string
+	// FileBytes is how much was read; PayloadBytes how much was handed to
+	// the programmer (padded to a multiple of 4).
+	FileBytes    int64
+	PayloadBytes int64
+	// ReadDuration covers reading, hashing and re-parsing the file;
+	// VerifyDuration reading back afu_id.
+	ReadDuration    time.Duration
+	ProgramDuration time.Duration
+	VerifyDuration  time.Duration
+	TotalDuration   time.Duration
+}
+
+// Load programs bs into the region behind port on card, the same way for
+// every backend:
+//
+//  1. the card's interface ID must equal the bitstream's (ErrInterfaceMismatch);
+//  2. the file is read once, hashed and checked against opts.SHA256
+//     (ErrChecksumMismatch) and against the IDs bs was opened with
+//     (ErrBitstreamChanged);
+//  3. p.Program gets the padded payload (failures match ErrProgramFailed);
+//  4. the port's afu_id is read back, waiting while it reports EBUSY for at
+//     most opts.VerifyTimeout, and must equal bs.AFUID (ErrVerifyFailed).
+//
+// Callers must not load one port twice at once.
+func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discovery.Port, bs *Bitstream, opts LoadOptions) (Result, error) {
+	start := time.Now()
+	if p == nil || card == nil || port == nil || bs == nil {
+		return Result{}, fmt.Errorf("load: programmer, card, port and bitstream are all required")
+	}
+	res := Result{Programmer: backendName(p, card), Path: bs.Path, InterfaceID: bs.InterfaceID, AFUID: bs.AFUID}
+	done := func(err error) (Result, error) {
+		res.TotalDuration = time.Since(start)
+		return res, err
+	}
+	logger := klog.FromContext(ctx).WithValues("device", port.DeviceName(), "bitstream", bs.Path, "programmer", res.Programmer)
+
+	if card.InterfaceID != bs.InterfaceID {
+		return done(fmt.Errorf("%w: bitstream %s is built for interface %s, but card %s (port %s) has interface %q: build the AFU for this card's FIM/interface or pick a card with interface %s",
+			ErrInterfaceMismatch, bs.Path, bs.InterfaceID, card.PCIAddress, port.DeviceName(), card.InterfaceID, bs.InterfaceID))
+	}
+
+	payload, sum, size, err := bs.readPayload(opts.SHA256)
+	res.ReadDuration = time.Since(start)
+	res.SHA256, res.FileBytes, res.PayloadBytes = sum, size, int64(len(payload))
+	if err != nil {
+		return done(err)
+	}
+
+	logger.V(2).Info("Programming port", "afuID", bs.AFUID, "bytes", len(payload))
+	t := time.Now()
+	err = p.Program(ctx, card, port, payload)
+	res.ProgramDuration = time.Since(t)
+	if err != nil {
+		if errors.Is(err, ErrProgramFailed) {
+			return done(fmt.Errorf("%s backend, bitstream %s, port %s: %w", res.Programmer, bs.Path, port.DeviceName(), err))
+		}
+		return done(fmt.Errorf("%w: %s backend, bitstream %s, port %s: %w", ErrProgramFailed, res.Programmer, bs.Path, port.DeviceName(), err))
+	}
+
+	t = time.Now()
+	err = verifyAFU(ctx, port, bs, opts)
+	res.VerifyDuration = time.Since(t)
+	if err != nil {
+		return done(err)
+	}
+	res, err = done(nil)
+	logger.V(2).Info("Programmed port", "afuID", bs.AFUID, "sha256", sum,
+		"read", res.ReadDuration, "program", res.ProgramDuration, "verify", res.VerifyDuration, "total", res.TotalDuration)
+	return res, err
+}
+
+// verifyAFU reads the port's afu_id until it stops reporting EBUSY, for at
+// most opts.VerifyTimeout, and compares it with the bitstream's AFU ID.
+// Polling is how the kernel interface works: afu_id has no change event.
+func verifyAFU(ctx context.Context, port *discovery.Port, bs *Bitstream, opts LoadOptions) error {
+	read := opts.readAFUID
+	if read == nil {
+		read = (*discovery.Port).ReadAFUID
+	}
+	timeout := opts.VerifyTimeout
+	if timeout <= 0 {
+		timeout = DefaultVerifyTimeout
+	}
+	interval := opts.VerifyInterval
+	if interval <= 0 {
+		interval = DefaultVerifyInterval
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		id, err := read(port)
+		if err == nil {
+			if id != bs.AFUID {
+				return fmt.Errorf("%w: port %s reports AFU %s after programming %s, want %s: the bitstream's payload does not match its metadata, or the programming did not take effect",
+					ErrVerifyFailed, port.DeviceName(), id, bs.Path, bs.AFUID)
+			}
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("%w: port %s after programming: %w", ErrVerifyFailed, port.DeviceName(), err)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return fmt.Errorf("%w: afu_id of port %s still busy %s after programming (the port stayed disabled): %w", ErrVerifyFailed, port.DeviceName(), timeout, err)
+		}
+		timer := time.NewTimer(min(wait, interval))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("%w: port %s: gave up waiting for afu_id: %w", ErrVerifyFailed, port.DeviceName(), ctx.Err())
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,540 @@
+package program
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// DefaultRepositoryDir is where a node keeps its bitstreams unless configured
+// otherwise.
+const DefaultRepositoryDir = "/srv/fpga/bitstreams"
+
+// DefaultRescanInterval is how often, at most, a lookup miss re-indexes a
+// repository whose directories did not change.
+const DefaultRescanInterval = time.Second
+
+// racyWindow: a directory whose mtime is this close to the start of a scan
+// may change again without its mtime changing (file systems stamp times from
+// a coarse clock), so it counts as changed until a later scan sees it older.
+const racyWindow = time.Second
+
+// Repository indexes the bitstreams below a directory by the IDs in their
+// headers, whatever the files are called. The Intel layout
+// <interfaceID>/<afuID>.gbs (or .aocx) is covered by that: names are only
+// checked against headers, and a mismatch is logged. Files that are not
+// valid bitstreams, symlinks that leave the directory and entries whose name
+// starts with "." are skipped with a logged reason; one bad file never fails
+// the index.
+//
+// Lookups re-validate a hit with a stat and re-index on a miss, at most once
+// per rescan interval unless a directory changed. A Repository is safe for
+// concurrent use; the Bitstreams it returns are shared and read-only.
+type Repository struct {
+	dir            string
+	logger         klog.Logger
+	openOpts       []OpenOption
+	rescanInterval time.Duration
+	now            func() time.Time
+
+	// scanMu serialises scans, so that a storm of misses scans once.
+	scanMu sync.Mutex
+
+	mu sync.RWMutex
+	// index is replaced, never modified, once published.
+	index *repoIndex
+}
+
+// RepositoryOption configures a Repository.
+type RepositoryOption func(*Repository)
+
+// WithOpenOptions sets the options (size limits) used to open every
+// bitstream in the repository.
+func WithOpenOptions(opts ...OpenOption) RepositoryOption {
+	return func(r *Repository) { r.openOpts = append(r.openOpts, opts...) }
+}
+
+// WithRescanInterval sets how often, at most, a lookup miss re-indexes a
+// repository whose directories did not change (DefaultRescanInterval).
+func WithRescanInterval(d time.Duration) RepositoryOption {
+	return func(r *Repository) { r.rescanInterval = d }
+}
+
+// NewRepository indexes the bitstreams below dir. A missing dir is not an
+// error: the repository is empty until the directory appears, and lookups
+// say that it is missing. dir must not be a file. The logger comes from ctx.
+func NewRepository(ctx context.Context, dir string, opts ...RepositoryOption) (*Repository, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("bitstream repository directory is empty: give a directory such as %s", DefaultRepositoryDir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("bitstream repository %s: %w", dir, err)
+	}
+	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("bitstream repository %s is not a directory: point it at the directory that holds the bitstreams", abs)
+	}
+	r := &Repository{
+		dir:            abs,
+		logger:         klog.FromContext(ctx).WithValues("repository", abs),
+		rescanInterval: DefaultRescanInterval,
+		now:            time.Now,
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	r.scanMu.Lock()
+	r.scan()
+	r.scanMu.Unlock()
+	return r, nil
+}
+
+// Dir returns the repository's directory (absolute).
+func (r *Repository) Dir() string { return r.dir }
+
+// repoIndex is one scan's result.
+type repoIndex struct {
+	// root is dir with symlinks resolved; empty when rootErr is set.
+	root    string
+	rootErr error
+	// files holds every file considered, by name relative to the root,
+	// with its Bitstream or the reason it was refused.
+	files map[string]*fileEntry
+	// byID holds the usable files per ID pair, the preferred one first.
+	byID map[idKey][]*fileEntry
+	// dirs holds every directory walked with its mtime.
+	dirs map[string]time.Time
+	// racy is set when a directory changed too close to the scan for its
+	// mtime to be trusted.
+	racy      bool
+	scannedAt time.Time
+	// generation counts scans.
+	generation uint64
+	refused    int
+}
+
+type idKey struct{ interfaceID, afuID string }
+
+type fileEntry struct {
+	fp  fingerprint
+	bs  *Bitstream // nil when refused
+	err error      // why the file was refused
+}
+
+// fingerprint identifies a version of a file cheaply: a stat that still
+// matches means the file need not be parsed again.
+type fingerprint struct {
+	path     string // the file opened (symlinks resolved)
+	size     int64
+	mtime    int64
+	dev, ino uint64
+}
+
+func fingerprintOf(path string, fi os.FileInfo) fingerprint {
+	fp := fingerprint{path: path, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		fp.dev, fp.ino = uint64(st.Dev), st.Ino //nolint:unconvert // Dev is int32 or uint64 by platform
+	}
+	return fp
+}
+
+func (r *Repository) snapshot() *repoIndex {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.index
+}
+
+// Find returns the preferred bitstream for the interface and AFU IDs (any
+// case, dashed or not): a GBS before an AOCX, then the newest. The error
+// matches ErrNotFound and says what the repository holds for that AFU.
+func (r *Repository) Find(interfaceID, afuID string) (*Bitstream, error) {
+	ifID, err := discovery.CanonicalID(interfaceID)
+	if err != nil {
+		return nil, fmt.Errorf("interface ID: %w", err)
+	}
+	afu, err := discovery.CanonicalID(afuID)
+	if err != nil {
+		return nil, fmt.Errorf("AFU ID: %w", err)
+	}
+	key := idKey{interfaceID: ifID, afuID: afu}
+	idx := r.snapshot()
+	if e := idx.preferred(key); e != nil && unchanged(e) {
+		return e.bs, nil
+	} else if e != nil {
+		r.refresh(idx.generation, true) // a hit went stale: re-index now
+	} else {
+		r.refresh(idx.generation, false)
+	}
+	idx = r.snapshot()
+	if e := idx.preferred(key); e != nil {
+		return e.bs, nil
+	}
+	return nil, r.notFound(idx, key)
+}
+
+// FindByName returns the bitstream in the file name, a path relative to the
+// repository. It refuses absolute names, names with "..", names that leave
+// the repository once symlinks are resolved and non-regular files. When
+// interfaceID is not empty the bitstream must be built for it (else the
+// error matches ErrInterfaceMismatch).
+func (r *Repository) FindByName(name, interfaceID string) (*Bitstream, error) {
+	clean, err := r.cleanName(name)
+	if err != nil {
+		return nil, err
+	}
+	var wantIf string
+	if interfaceID != "" {
+		if wantIf, err = discovery.CanonicalID(interfaceID); err != nil {
+			return nil, fmt.Errorf("interface ID: %w", err)
+		}
+	}
+	idx := r.snapshot()
+	e := idx.files[clean]
+	if e == nil {
+		r.refresh(idx.generation, false)
+		idx = r.snapshot()
+		e = idx.files[clean]
+	}
+	var bs *Bitstream
+	if e != nil && e.bs != nil && unchanged(e) {
+		bs = e.bs
+	} else if bs, err = r.openName(idx, clean); err != nil {
+		return nil, err
+	}
+	if wantIf != "" && bs.InterfaceID != wantIf {
+		return nil, fmt.Errorf("%w: bitstream %s is built for interface %s, not %s: use a bitstream built for that interface (FIM)", ErrInterfaceMismatch, bs.Path, bs.InterfaceID, wantIf)
+	}
+	return bs, nil
+}
+
+// List returns every usable bitstream, ordered by name.
+func (r *Repository) List() []*Bitstream {
+	idx := r.snapshot()
+	var out []*Bitstream
+	for _, e := range idx.files {
+		if e.bs != nil {
+			out = append(out, e.bs)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Bitstream) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (r *Repository) cleanName(name string) (string, error) {
+	switch {
+	case name == "":
+		return "", fmt.Errorf("bitstream name is empty: give a file name relative to the repository %s", r.dir)
+	case filepath.IsAbs(name):
+		return "", fmt.Errorf("bitstream name %q is an absolute path: give a path relative to the repository %s", name, r.dir)
+	case slices.Contains(strings.Split(filepath.ToSlash(name), "/"), ".."):
+		return "", fmt.Errorf("bitstream name %q contains \"..\": give a path inside the repository %s", name, r.dir)
+	}
+	clean := filepath.Clean(name)
+	if clean == "." {
+		return "", fmt.Errorf("bitstream name %q names the repository %s itself: give a file name", name, r.dir)
+	}
+	return clean, nil
+}
+
+// openName opens the file name (clean, relative) afresh.
+func (r *Repository) openName(idx *repoIndex, name string) (*Bitstream, error) {
+	root, err := filepath.EvalSymlinks(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bitstream %q: repository %s cannot be read: %w", ErrNotFound, name, r.dir, err)
+	}
+	path := filepath.Join(r.dir, name)
+	real, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, lerr := os.Lstat(path); lerr == nil {
+			return nil, fmt.Errorf("%w: bitstream %q in %s is a symlink whose target does not exist", ErrNotFound, name, r.dir)
+		}
+		return nil, fmt.Errorf("%w: no file %q in the bitstream repository %s (it holds %d bitstreams)", ErrNotFound, name, r.dir, idx.usable())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bitstream %q in %s: %w", name, r.dir, err)
+	}
+	if !within(root, real) {
+		return nil, fmt.Errorf("bitstream %q in %s resolves to %s, outside the repository: refused; copy the file into the repository", name, r.dir, real)
+	}
+	if real != filepath.Join(root, name) {
+		path = real // a symlink: open what was checked
+	}
+	bs, err := Open(path, r.openOpts...)
+	if err != nil {
+		return nil, err
+	}
+	bs.Name = name
+	return bs, nil
+}
+
+// within reports whether the resolved path p lies below the resolved root.
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// unchanged reports whether e's file still stats as it did when indexed.
+func unchanged(e *fileEntry) bool {
+	fi, err := os.Stat(e.fp.path)
+	return err == nil && fingerprintOf(e.fp.path, fi) == e.fp
+}
+
+func (idx *repoIndex) preferred(key idKey) *fileEntry {
+	if es := idx.byID[key]; len(es) > 0 {
+		return es[0]
+	}
+	return nil
+}
+
+func (idx *repoIndex) usable() int {
+	return len(idx.files) - idx.refused
+}
+
+func (r *Repository) notFound(idx *repoIndex, key idKey) error {
+	what := fmt.Sprintf("no bitstream for AFU %s with interface %s in %s", key.afuID, key.interfaceID, r.dir)
+	if idx.rootErr != nil {
+		return fmt.Errorf("%w: %s: the repository cannot be read: %w: create it and copy the bitstreams into it", ErrNotFound, what, idx.rootErr)
+	}
+	var ifs []string
+	for k := range idx.byID {
+		if k.afuID == key.afuID {
+			ifs = append(ifs, k.interfaceID)
+		}
+	}
+	slices.Sort(ifs)
+	if len(ifs) > 0 {
+		what += fmt.Sprintf(": found it only for interfaces %v: use a card with a matching interface (FIM) or build the AFU for interface %s", ifs, key.interfaceID)
+	} else {
+		what += fmt.Sprintf(": the repository holds %d bitstreams, none for that AFU: copy one into it", idx.usable())
+	}
+	if idx.refused > 0 {
+		what += fmt.Sprintf(" (%d files were skipped as unusable: see the driver log)", idx.refused)
+	}
+	return fmt.Errorf("%w: %s", ErrNotFound, what)
+}
+
+// refresh re-indexes unless another scan finished since the caller's
+// snapshot of generation gen. Unless forced it is rate limited to one scan
+// per rescan interval, except when a directory changed.
+func (r *Repository) refresh(gen uint64, force bool) {
+	r.scanMu.Lock()
+	defer r.scanMu.Unlock()
+	idx := r.snapshot()
+	if idx.generation != gen {
+		return
+	}
+	if !force && r.now().Sub(idx.scannedAt) < r.rescanInterval && !r.dirsChanged(idx) {
+		return
+	}
+	r.scan()
+}
+
+// dirsChanged reports whether the root moved or any directory walked by the
+// last scan changed since.
+func (r *Repository) dirsChanged(idx *repoIndex) bool {
+	if idx.racy {
+		return true
+	}
+	root, err := filepath.EvalSymlinks(r.dir)
+	if err != nil || idx.rootErr != nil {
+		return (err == nil) != (idx.rootErr == nil)
+	}
+	if root != idx.root {
+		return true
+	}
+	for d, mtime := range idx.dirs {
+		fi, err := os.Stat(d)
+		if err != nil || !fi.ModTime().Equal(mtime) {
+			return true
+		}
+	}
+	return false
+}
+
+// scan walks the repository and publishes a new index, re-parsing only the
+// files whose fingerprint changed. Callers hold scanMu.
+func (r *Repository) scan() {
+	start := time.Now()
+	old := r.snapshot()
+	idx := &repoIndex{
+		files:     map[string]*fileEntry{},
+		byID:      map[idKey][]*fileEntry{},
+		dirs:      map[string]time.Time{},
+		scannedAt: r.now(),
+	}
+	var oldFiles map[string]*fileEntry
+	if old != nil {
+		idx.generation = old.generation + 1
+		oldFiles = old.files
+	}
+	idx.root, idx.rootErr = filepath.EvalSymlinks(r.dir)
+	if idx.rootErr == nil {
+		if fi, err := os.Stat(idx.root); err != nil {
+			idx.rootErr = err
+		} else if !fi.IsDir() {
+			idx.rootErr = fmt.Errorf("%s is not a directory", r.dir)
+		}
+	}
+	if idx.rootErr != nil {
+		idx.root = ""
+		if old == nil || old.rootErr == nil {
+			r.logger.Info("Bitstream repository cannot be read; it stays empty until it can", "err", idx.rootErr)
+		}
+	} else {
+		r.walk(idx, oldFiles, start)
+	}
+	for _, e := range idx.files {
+		if e.bs == nil {
+			idx.refused++
+			continue
+		}
+		k := idKey{interfaceID: e.bs.InterfaceID, afuID: e.bs.AFUID}
+		idx.byID[k] = append(idx.byID[k], e)
+	}
+	for _, es := range idx.byID {
+		slices.SortFunc(es, preferEntry)
+	}
+	r.logger.V(4).Info("Indexed bitstream repository", "generation", idx.generation, "bitstreams", idx.usable(), "skipped", idx.refused, "duration", time.Since(start))
+	r.mu.Lock()
+	r.index = idx
+	r.mu.Unlock()
+}
+
+// preferEntry orders a GBS before an AOCX, then newer before older, then by
+// name.
+func preferEntry(a, b *fileEntry) int {
+	if (a.bs.Format == FormatGBS) != (b.bs.Format == FormatGBS) {
+		if a.bs.Format == FormatGBS {
+			return -1
+		}
+		return 1
+	}
+	if c := b.bs.ModTime.Compare(a.bs.ModTime); c != 0 {
+		return c
+	}
+	return strings.Compare(a.bs.Name, b.bs.Name)
+}
+
+func (r *Repository) walk(idx *repoIndex, oldFiles map[string]*fileEntry, start time.Time) {
+	root := idx.root
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			r.logger.Info("Cannot read part of the bitstream repository; skipping it", "path", p, "err", err)
+			return nil
+		}
+		if p != root && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			fi, err := d.Info()
+			if err != nil {
+				r.logger.Info("Cannot stat a directory of the bitstream repository; skipping it", "path", p, "err", err)
+				return filepath.SkipDir
+			}
+			idx.dirs[p] = fi.ModTime()
+			if !fi.ModTime().Before(start.Add(-racyWindow)) {
+				idx.racy = true
+			}
+			return nil
+		}
+		name, err := filepath.Rel(root, p)
+		if err != nil {
+			return nil
+		}
+		if e := r.indexFile(root, p, name, d, oldFiles[name]); e != nil {
+			idx.files[name] = e
+		}
+		return nil
+	})
+}
+
+// indexFile returns the entry for the file at p (named name), reusing old
+// when the file did not change. It returns nil for a symlink to a directory:
+// the directory is indexed where it lives.
+func (r *Repository) indexFile(root, p, name string, d fs.DirEntry, old *fileEntry) *fileEntry {
+	path := filepath.Join(r.dir, name)
+	var (
+		fi  os.FileInfo
+		err error
+	)
+	if d.Type()&fs.ModeSymlink != 0 {
+		var real string
+		if real, err = filepath.EvalSymlinks(p); err != nil {
+			return r.refuse(name, old, fingerprint{path: path}, fmt.Errorf("%s: symlink cannot be resolved: %w", path, err))
+		}
+		if !within(root, real) {
+			return r.refuse(name, old, fingerprint{path: real}, fmt.Errorf("%s: is a symlink to %s, outside the repository: refused; copy the file into the repository", path, real))
+		}
+		path = real
+		if fi, err = os.Stat(real); err == nil && fi.IsDir() {
+			return nil
+		}
+	} else {
+		fi, err = d.Info()
+	}
+	if err != nil {
+		return r.refuse(name, old, fingerprint{path: path}, fmt.Errorf("stat %s: %w", path, err))
+	}
+	fp := fingerprintOf(path, fi)
+	if !fi.Mode().IsRegular() {
+		return r.refuse(name, old, fp, invalidf("%s: is not a regular file (mode %s): a bitstream must be a regular file", path, fi.Mode()))
+	}
+	if old != nil && old.fp == fp {
+		return old
+	}
+	bs, err := Open(path, r.openOpts...)
+	if err != nil {
+		return r.refuse(name, old, fp, err)
+	}
+	bs.Name = name
+	r.checkLayout(bs)
+	r.logger.V(2).Info("Indexed bitstream", "name", name, "format", bs.Format, "interfaceID", bs.InterfaceID, "afuID", bs.AFUID)
+	return &fileEntry{fp: fp, bs: bs}
+}
+
+// refuse records why a file is skipped and logs it when the reason is new:
+// loudly for broken bitstreams, quietly for files that are no bitstream.
+func (r *Repository) refuse(name string, old *fileEntry, fp fingerprint, err error) *fileEntry {
+	if old == nil || old.err == nil || old.err.Error() != err.Error() {
+		if isNotBitstream(err) {
+			r.logger.V(2).Info("Ignoring file in bitstream repository", "name", name, "reason", err.Error())
+		} else {
+			r.logger.Info("Ignoring file in bitstream repository", "name", name, "reason", err.Error())
+		}
+	}
+	return &fileEntry{fp: fp, err: err}
+}
+
+// checkLayout logs when a file in the Intel layout <interfaceID>/<afuID>.gbs
+// carries other IDs in its header; the header wins.
+func (r *Repository) checkLayout(bs *Bitstream) {
+	dir, file := filepath.Split(bs.Name)
+	ext := filepath.Ext(file)
+	if ext != ".gbs" && ext != ".aocx" {
+		return
+	}
+	ifID, err1 := discovery.CanonicalID(filepath.Base(dir))
+	afu, err2 := discovery.CanonicalID(strings.TrimSuffix(file, ext))
+	if err1 != nil || err2 != nil {
+		return
+	}
+	if ifID != bs.InterfaceID || afu != bs.AFUID {
+		r.logger.Info("Bitstream file name disagrees with its header; indexing it by its header",
+			"name", bs.Name, "nameInterfaceID", ifID, "nameAFUID", afu, "interfaceID", bs.InterfaceID, "afuID", bs.AFUID)
+	}
+}

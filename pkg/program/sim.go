@@ -1,0 +1,247 @@
+package program
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// simAFUIDLen is the length of the AFU ID that starts a simulated payload.
+const simAFUIDLen = 16
+
+// SimPayload returns a payload for SimProgrammer, following the simulated
+// payload convention: the 16 bytes of afuID (the canonical hex decoded, in
+// order), then filler, size bytes in all rounded up to a multiple of 4 and to
+// at least 16. The simulated node's sample bitstreams carry such payloads,
+// so loading one sets the port's afu_id to the AFU ID in its metadata.
+func SimPayload(afuID string, size int) ([]byte, error) {
+	id, err := discovery.CanonicalID(afuID)
+	if err != nil {
+		return nil, fmt.Errorf("AFU ID: %w", err)
+	}
+	size = (max(size, simAFUIDLen) + 3) &^ 3
+	b := make([]byte, size)
+	hex.Decode(b[:simAFUIDLen], []byte(id)) // id is 32 hex digits
+	for i := simAFUIDLen; i < size; i++ {
+		b[i] = byte(i)
+	}
+	return b, nil
+}
+
+// SimProgrammer simulates partial reconfiguration on a simulated node. It
+// validates the arguments the kernel validates (port id below the card's
+// PortsNum, a non-empty payload whose length is a multiple of 4; failures
+// wrap syscall.EINVAL), waits Delay and Gate, then writes the AFU ID that
+// starts the payload (see SimPayload) into the port's afu_id file, in the
+// kernel's "%016llx%016llx\n" format, atomically: a temporary file in the
+// same directory renamed over it. A regular file cannot report EBUSY, so
+// afu_id shows the old AFU until the new one replaces it at the end.
+//
+// Unlike the kernel backends it does not serialise ports of one FME: it
+// records what callers do, so tests can check that distinct ports were
+// programmed in parallel (MaxConcurrent) and one port never twice at once
+// (Overlaps).
+//
+// Set the exported fields before the first Program; the methods are safe for
+// concurrent use. The zero value is ready to use.
+type SimProgrammer struct {
+	// Delay is how long each programming takes; ctx cancels the wait.
+	Delay time.Duration
+	// Gate, when not nil, holds each Program, after OnStart and Delay,
+	// until it receives a value from Gate or Gate is closed; ctx cancels the
+	// wait. Tests use it instead of timing.
+	Gate <-chan struct{}
+	// OnStart, when not nil, is called by each Program whose arguments are
+	// valid, once the call counts as in progress and before Delay and Gate.
+	OnStart func(card *discovery.Card, port *discovery.Port)
+
+	mu        sync.Mutex
+	failNext  []error
+	failPorts map[string]error
+	calls     map[string]int
+	active    map[string]int
+	inFlight  int
+	maxFlight int
+	overlaps  int
+	total     int
+}
+
+// Name returns "sim".
+func (s *SimProgrammer) Name() string { return KindSim }
+
+// FailNext makes the next Program call that gets past argument validation
+// fail with err (wrapped in ErrProgramFailed) instead of writing afu_id.
+// Calls queue up: FailNext twice fails the next two programmings.
+func (s *SimProgrammer) FailNext(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext = append(s.failNext, err)
+}
+
+// FailPort makes every programming of port fail with err until FailPort is
+// called again with a nil err.
+func (s *SimProgrammer) FailPort(port *discovery.Port, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failPorts == nil {
+		s.failPorts = map[string]error{}
+	}
+	if err == nil {
+		delete(s.failPorts, simKey(port))
+		return
+	}
+	s.failPorts[simKey(port)] = err
+}
+
+// Calls returns how many times Program was called for port, including
+// refused and failed calls.
+func (s *SimProgrammer) Calls(port *discovery.Port) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[simKey(port)]
+}
+
+// TotalCalls returns how many times Program was called.
+func (s *SimProgrammer) TotalCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+// MaxConcurrent returns the largest number of programmings (with valid
+// arguments) that were in progress at once.
+func (s *SimProgrammer) MaxConcurrent() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxFlight
+}
+
+// Overlaps returns how many programmings started on a port that was
+// already being programmed: a caller bug, always 0 for a correct caller.
+func (s *SimProgrammer) Overlaps() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overlaps
+}
+
+// simKey identifies a port by its sysfs directory, where afu_id lives.
+func simKey(port *discovery.Port) string { return port.Node.SysfsPath }
+
+// Program simulates programming payload into the region behind port.
+func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
+	if card == nil || port == nil {
+		return fmt.Errorf("%w: card and port are required", ErrProgramFailed)
+	}
+	key := simKey(port)
+	s.mu.Lock()
+	s.total++
+	if s.calls == nil {
+		s.calls = map[string]int{}
+	}
+	s.calls[key]++
+	s.mu.Unlock()
+
+	switch {
+	case port.ID < 0 || port.ID >= card.PortsNum:
+		return fmt.Errorf("%w: simulated FME %s: port_id %d is not below ports_num %d: %w", ErrProgramFailed, card.FME.Name, port.ID, card.PortsNum, syscall.EINVAL)
+	case len(payload) == 0 || len(payload)%4 != 0:
+		return fmt.Errorf("%w: simulated FME %s: buffer_size %d is not a positive multiple of 4: %w", ErrProgramFailed, card.FME.Name, len(payload), syscall.EINVAL)
+	case len(payload) < simAFUIDLen:
+		return fmt.Errorf("%w: simulated FME %s: payload of %d bytes is shorter than the %d-byte AFU ID a simulated payload starts with (see SimPayload): %w", ErrProgramFailed, card.FME.Name, len(payload), simAFUIDLen, syscall.EINVAL)
+	}
+
+	s.begin(key)
+	defer s.end(key)
+	if s.OnStart != nil {
+		s.OnStart(card, port)
+	}
+	if s.Delay > 0 {
+		t := time.NewTimer(s.Delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: simulated programming of port %s: %w", ErrProgramFailed, port.Node.Name, ctx.Err())
+		case <-t.C:
+		}
+	}
+	if s.Gate != nil {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: simulated programming of port %s: %w", ErrProgramFailed, port.Node.Name, ctx.Err())
+		case <-s.Gate:
+		}
+	}
+	if err := s.failure(key); err != nil {
+		return fmt.Errorf("%w: simulated partial-reconfiguration error on port %s: %w", ErrProgramFailed, port.Node.Name, err)
+	}
+	if err := writeAFUID(port.AFUIDPath(), payload[:simAFUIDLen]); err != nil {
+		return fmt.Errorf("%w: simulated programming of port %s: %w", ErrProgramFailed, port.Node.Name, err)
+	}
+	return nil
+}
+
+func (s *SimProgrammer) begin(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil {
+		s.active = map[string]int{}
+	}
+	s.active[key]++
+	if s.active[key] > 1 {
+		s.overlaps++
+	}
+	s.inFlight++
+	s.maxFlight = max(s.maxFlight, s.inFlight)
+}
+
+func (s *SimProgrammer) end(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active[key]--
+	s.inFlight--
+}
+
+// failure returns the error a FailNext or FailPort asked for, if any.
+func (s *SimProgrammer) failure(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.failNext) > 0 {
+		err := s.failNext[0]
+		s.failNext = s.failNext[1:]
+		return err
+	}
+	return s.failPorts[key]
+}
+
+// writeAFUID replaces the afu_id file at path with id in the kernel's
+// format, atomically.
+func writeAFUID(path string, id []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".afu_id-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = fmt.Fprintf(f, "%016x%016x\n", binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:16]))
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package program
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+func TestSimPayload(t *testing.T) {
+	p, err := SimPayload("D8424DC4-A4A3-C413-F89E-433683F9040B", 18)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) != 20 {
+		t.Errorf("len = %d, want 18 rounded up to 20", len(p))
+	}
+	if want := []byte{0xd8, 0x42, 0x4d, 0xc4, 0xa4, 0xa3, 0xc4, 0x13, 0xf8, 0x9e, 0x43, 0x36, 0x83, 0xf9, 0x04, 0x0b}; string(p[:16]) != string(want) {
+		t.Errorf("payload starts % x, want the AFU ID bytes % x", p[:16], want)
+	}
+	if p, _ := SimPayload(testAFU, 0); len(p) != 16 {
+		t.Errorf("len = %d, want at least the 16-byte AFU ID", len(p))
+	}
+	_, err = SimPayload("nope", 16)
+	wantErr(t, err, "AFU ID")
+}
+
+func TestSimProgrammerWritesAFUIDAtomically(t *testing.T) {
+	card := testCard(t, testIf, 1, testAFU2)
+	port := card.Ports[0]
+	payload, _ := SimPayload(testAFU, 64)
+	s := &SimProgrammer{}
+	if err := s.Program(context.Background(), card, port, payload); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAFUIDFile(t, port); got != testAFU+"\n" {
+		t.Errorf("afu_id = %q, want %q (%%016llx%%016llx)", got, testAFU+"\n")
+	}
+	if id, err := port.ReadAFUID(); err != nil || id != testAFU {
+		t.Errorf("ReadAFUID = %q, %v", id, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(port.AFUIDPath()))
+	if len(entries) != 1 {
+		t.Errorf("port directory holds %d entries, want afu_id only (no temporary file left)", len(entries))
+	}
+}
+
+func TestSimProgrammerValidatesLikeTheKernel(t *testing.T) {
+	card := testCard(t, testIf, 2, testAFU2)
+	good, _ := SimPayload(testAFU, 64)
+	for name, tc := range map[string]struct {
+		port    int
+		id      int
+		payload []byte
+		want    string
+	}{
+		"port id = ports_num": {port: 1, id: 2, payload: good, want: "port_id 2 is not below ports_num 2"},
+		"negative port id":    {port: 0, id: -1, payload: good, want: "port_id -1"},
+		"empty payload":       {payload: nil, want: "buffer_size 0 is not a positive multiple of 4"},
+		"unaligned payload":   {payload: good[:63], want: "buffer_size 63 is not a positive multiple of 4"},
+		"short payload":       {payload: good[:12], want: "shorter than the 16-byte AFU ID"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			port := *card.Ports[tc.port]
+			port.ID = tc.id
+			err := (&SimProgrammer{}).Program(context.Background(), card, &port, tc.payload)
+			wantErr(t, err, tc.want)
+			if !errors.Is(err, syscall.EINVAL) || !errors.Is(err, ErrProgramFailed) {
+				t.Errorf("error %q does not match EINVAL and ErrProgramFailed", err)
+			}
+			if got := readAFUIDFile(t, &port); got != testAFU2+"\n" {
+				t.Errorf("afu_id changed to %q", got)
+			}
+		})
+	}
+}
+
+func TestSimProgrammerFailures(t *testing.T) {
+	ctx := context.Background()
+	card := testCard(t, testIf, 2, testAFU2)
+	p0, p1 := card.Ports[0], card.Ports[1]
+	payload, _ := SimPayload(testAFU, 64)
+	s := &SimProgrammer{}
+	s.FailNext(syscall.EIO)
+	s.FailNext(syscall.ETIMEDOUT)
+	for _, want := range []error{syscall.EIO, syscall.ETIMEDOUT, nil} {
+		if err := s.Program(ctx, card, p0, payload); !errors.Is(err, want) || (want != nil && !errors.Is(err, ErrProgramFailed)) {
+			t.Fatalf("got %v, want %v", err, want)
+		}
+	}
+	s.FailPort(p1, syscall.EIO)
+	for range 2 {
+		if err := s.Program(ctx, card, p1, payload); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("failing port: got %v, want EIO", err)
+		}
+		if err := s.Program(ctx, card, p0, payload); err != nil {
+			t.Fatalf("other port: %v", err)
+		}
+	}
+	if got := readAFUIDFile(t, p1); got != testAFU2+"\n" {
+		t.Errorf("failed port's afu_id changed to %q", got)
+	}
+	s.FailPort(p1, nil)
+	if err := s.Program(ctx, card, p1, payload); err != nil {
+		t.Fatalf("after clearing FailPort: %v", err)
+	}
+	if s.Calls(p0) != 5 || s.Calls(p1) != 3 || s.TotalCalls() != 8 {
+		t.Errorf("calls p0 %d p1 %d total %d, want 5, 3, 8", s.Calls(p0), s.Calls(p1), s.TotalCalls())
+	}
+}
+
+// TestSimProgrammerRecordsOverlaps programs one port twice at once, the
+// caller bug Overlaps exists to catch.
+func TestSimProgrammerRecordsOverlaps(t *testing.T) {
+	card := testCard(t, testIf, 1, testAFU2)
+	payload, _ := SimPayload(testAFU, 64)
+	gate := make(chan struct{})
+	started := make(chan struct{}, 2)
+	s := &SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- s.Program(context.Background(), card, card.Ports[0], payload) }()
+	}
+	<-started
+	<-started
+	if s.Overlaps() != 1 || s.MaxConcurrent() != 2 {
+		t.Errorf("Overlaps %d MaxConcurrent %d, want 1 and 2", s.Overlaps(), s.MaxConcurrent())
+	}
+	gate <- struct{}{}
+	gate <- struct{}{}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestSimProgrammerHonoursContext(t *testing.T) {
+	card := testCard(t, testIf, 1, testAFU2)
+	payload, _ := SimPayload(testAFU, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, s := range map[string]*SimProgrammer{
+		"delay": {Delay: 1 << 62},
+		"gate":  {Gate: make(chan struct{})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := s.Program(ctx, card, card.Ports[0], payload)
+			if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrProgramFailed) {
+				t.Fatalf("got %v, want context.Canceled and ErrProgramFailed", err)
+			}
+			if got := readAFUIDFile(t, card.Ports[0]); got != testAFU2+"\n" {
+				t.Errorf("afu_id changed to %q", got)
+			}
+		})
+	}
+}
