@@ -44,8 +44,10 @@ type testNode struct {
 }
 
 type nodeOptions struct {
-	sim    simnode.Options
-	claims draplugin.ClaimPreparer
+	sim simnode.Options
+	// restart reuses an earlier node's tree, directories and API server.
+	restart *testNode
+	claims  draplugin.ClaimPreparer
 	// configure adjusts the driver config before start.
 	configure func(*draplugin.Config)
 }
@@ -61,25 +63,30 @@ func startNode(t *testing.T, o nodeOptions) *testNode {
 	if o.sim.PortsPerCard == 0 {
 		o.sim.PortsPerCard = 1
 	}
-	sim, err := simnode.Write(t.TempDir(), o.sim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Unix socket paths are limited to 108 bytes: keep them short.
-	base, err := os.MkdirTemp("", "fdra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	n := &testNode{
-		sim:     sim,
-		client:  fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
-		regDir:  filepath.Join(base, "reg"),
-		dataDir: filepath.Join(base, "data"),
-	}
-	for _, d := range []string{n.regDir, n.dataDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
+	var n *testNode
+	if o.restart != nil {
+		n = &testNode{sim: o.restart.sim, client: o.restart.client, regDir: o.restart.regDir, dataDir: o.restart.dataDir}
+	} else {
+		sim, err := simnode.Write(t.TempDir(), o.sim)
+		if err != nil {
 			t.Fatal(err)
+		}
+		// Unix socket paths are limited to 108 bytes: keep them short.
+		base, err := os.MkdirTemp("", "fdra")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(base) })
+		n = &testNode{
+			sim:     sim,
+			client:  fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
+			regDir:  filepath.Join(base, "reg"),
+			dataDir: filepath.Join(base, "data"),
+		}
+		for _, d := range []string{n.regDir, n.dataDir} {
+			if err := os.MkdirAll(d, 0o750); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -103,7 +110,7 @@ func startNode(t *testing.T, o nodeOptions) *testNode {
 		KubeClient:      n.client,
 		RegistrarDir:    n.regDir,
 		PluginDataDir:   n.dataDir,
-		Scanner:         &discovery.Scanner{Root: sim.Root},
+		Scanner:         &discovery.Scanner{Root: n.sim.Root},
 		Events:          events,
 		RefreshInterval: time.Hour, // tests trigger refreshes explicitly
 		Programmable:    true,

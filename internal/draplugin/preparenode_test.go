@@ -1,0 +1,244 @@
+package draplugin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// NewAFU is an AFU no simulated port carries until it is programmed.
+const NewAFU = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+
+// preparingNode is a testNode whose driver prepares claims on a real
+// State with a simulated programmer and a bitstream repository.
+type preparingNode struct {
+	*testNode
+	state     *state.State
+	sim       *program.SimProgrammer
+	repoDir   string
+	cdiDir    string
+	stateWarn error
+	uid       atomic.Int64
+}
+
+type preparingOptions struct {
+	sim         simnode.Options
+	restart     *preparingNode
+	prepareWait time.Duration
+	programmer  *program.SimProgrammer
+}
+
+func startPreparingNode(t *testing.T, o preparingOptions) *preparingNode {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	pn := &preparingNode{sim: o.programmer}
+	if pn.sim == nil {
+		pn.sim = &program.SimProgrammer{}
+	}
+	var restart *testNode
+	if o.restart != nil {
+		restart = o.restart.testNode
+		pn.repoDir, pn.cdiDir = o.restart.repoDir, o.restart.cdiDir
+		pn.uid.Store(o.restart.uid.Load())
+	} else {
+		pn.repoDir, pn.cdiDir = t.TempDir(), t.TempDir()
+		writeBitstream(t, pn.repoDir, "accel.gbs", simnode.DefaultInterfaceID, NewAFU)
+		writeBitstream(t, pn.repoDir, "second.gbs", simnode.DefaultInterfaceID, simnode.SecondAFUID)
+	}
+	repo, err := program.NewRepository(ctx, pn.repoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := cdi.NewWriter(driverName, "port", pn.cdiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var driver atomic.Pointer[draplugin.Driver]
+	claims := &draplugin.Claims{DriverName: driverName, PoolName: nodeName}
+	pn.testNode = startNode(t, nodeOptions{sim: o.sim, restart: restart, claims: claims, configure: func(c *draplugin.Config) {
+		simRoot := c.Scanner.Root
+		st, warn, err := state.New(ctx, state.Config{
+			CheckpointPath: filepath.Join(c.PluginDataDir, "checkpoint.json"),
+			BootIDPath:     filepath.Join(simRoot, "proc/sys/kernel/random/boot_id"),
+			CDI:            writer,
+			Repository:     repo,
+			Programmer:     pn.sim,
+			Programmable:   true,
+			PrepareWait:    o.prepareWait,
+			OnProgrammed: func() {
+				if d := driver.Load(); d != nil {
+					d.RefreshDevices()
+				}
+			},
+		})
+		if err != nil {
+			t.Fatalf("new state: %v", err)
+		}
+		res, err := c.Scanner.Scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Restore(ctx, res); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		pn.state, pn.stateWarn = st, warn
+		claims.State = st
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.KubeClient.EventsV1()})
+		broadcaster.StartRecordingToSink(ctx.Done())
+		t.Cleanup(broadcaster.Shutdown)
+		claims.Recorder = broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver")
+	}})
+	driver.Store(pn.driver)
+	return pn
+}
+
+func writeBitstream(t testing.TB, dir, name, interfaceID, afuID string) string {
+	t.Helper()
+	payload, err := program.SimPayload(afuID, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := program.WriteGBS(f, program.NewGBSMetadata(interfaceID, afuID, name), payload); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func fpgaConfig(t testing.TB, cfg v1alpha1.FpgaConfig) runtime.RawExtension {
+	t.Helper()
+	cfg.APIVersion = v1alpha1.SchemeGroupVersion.String()
+	cfg.Kind = v1alpha1.FpgaConfigKind
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runtime.RawExtension{Raw: b}
+}
+
+// claim creates an allocated ResourceClaim in the API server, one request
+// "fpga-<i>" per device, with the given opaque configs from the claim.
+func (pn *preparingNode) claim(t *testing.T, devices []string, configs ...runtime.RawExtension) *resourceapi.ResourceClaim {
+	t.Helper()
+	id := pn.uid.Add(1)
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("claim-%d", id), UID: types.UID(fmt.Sprintf("uid-%d", id))},
+		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}},
+	}
+	for i, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: fmt.Sprintf("fpga-%d", i), Driver: driverName, Pool: nodeName, Device: d,
+		})
+	}
+	for _, raw := range configs {
+		c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, resourceapi.DeviceAllocationConfiguration{
+			Source:              resourceapi.AllocationConfigSourceClaim,
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driverName, Parameters: raw}},
+		})
+	}
+	created, err := pn.client.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func protoClaim(c *resourceapi.ResourceClaim) *drapbv1.Claim {
+	return &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}
+}
+
+// prepare calls NodePrepareResources over the socket, as the kubelet does,
+// and returns the claim's result.
+func (pn *preparingNode) prepare(t *testing.T, dra drapbv1.DRAPluginClient, c *resourceapi.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	resp, err := dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{protoClaim(c)}})
+	if err != nil {
+		t.Fatalf("NodePrepareResources: %v", err)
+	}
+	r := resp.Claims[string(c.UID)]
+	if r == nil {
+		t.Fatalf("no result for claim %s", c.UID)
+	}
+	return r
+}
+
+func (pn *preparingNode) unprepare(t *testing.T, dra drapbv1.DRAPluginClient, c *resourceapi.ResourceClaim) {
+	t.Helper()
+	resp, err := dra.NodeUnprepareResources(context.Background(), &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{protoClaim(c)}})
+	if err != nil {
+		t.Fatalf("NodeUnprepareResources: %v", err)
+	}
+	if r := resp.Claims[string(c.UID)]; r == nil || r.Error != "" {
+		t.Fatalf("unprepare %s: %+v", c.Name, r)
+	}
+}
+
+// claimEvents lists the reasons of events recorded on a claim, waiting
+// until want appears (events are sent asynchronously).
+func (pn *preparingNode) waitEvent(t *testing.T, c *resourceapi.ResourceClaim, reason string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := pn.client.EventsV1().Events(c.Namespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		list, err := pn.client.EventsV1().Events(c.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Regarding.UID == c.UID && e.Reason == reason {
+				return e.Note
+			}
+		}
+		select {
+		case <-w.ResultChan():
+		case <-ctx.Done():
+			t.Fatalf("no %s event on claim %s", reason, c.Name)
+		}
+	}
+}
+
+func afuOf(s []resourceapi.ResourceSlice, device string) string {
+	for _, sl := range s {
+		for _, d := range sl.Spec.Devices {
+			if v := d.Attributes[driverName+"/"+draplugin.AttrAFUID].StringValue; d.Name == device && v != nil {
+				return *v
+			}
+		}
+	}
+	return ""
+}
