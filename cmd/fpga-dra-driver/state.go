@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// nodeState is the shared node state and what it reports through.
+type nodeState struct {
+	state    *state.State
+	recorder events.EventRecorder
+	// driver is set once the DRA plugin runs; programming refreshes it.
+	driver atomic.Pointer[draplugin.Driver]
+}
+
+// newState wires the bitstream repository, the programmer, the CDI writer
+// and the checkpoint into one State.
+func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*nodeState, error) {
+	logger := klog.FromContext(ctx)
+	writer, err := cdi.NewWriter(f.driverName, "port", f.cdiDir)
+	if err != nil {
+		return nil, fmt.Errorf("--cdi-dir: %w", err)
+	}
+	var repo *program.Repository
+	if f.programmable {
+		if repo, err = program.NewRepository(ctx, f.bitstreamDir); err != nil {
+			return nil, fmt.Errorf("--bitstream-dir: %w", err)
+		}
+	}
+	var opts []program.ProgrammerOption
+	if f.programmer == program.KindSim {
+		opts = append(opts, program.WithSimulator(&program.SimProgrammer{Delay: f.simProgramDelay}))
+	}
+	prog, err := program.NewProgrammer(f.programmer, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--programmer: %w", err)
+	}
+	bootID := f.bootIDFile
+	if bootID == "" {
+		bootID = filepath.Join(f.root, "proc/sys/kernel/random/boot_id")
+		if _, err := os.Stat(bootID); err != nil {
+			bootID = "/proc/sys/kernel/random/boot_id"
+		}
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver")}
+	st, warning, err := state.New(ctx, state.Config{
+		CheckpointPath: filepath.Join(f.pluginDir, "checkpoint.json"),
+		BootIDPath:     bootID,
+		CDI:            writer,
+		Repository:     repo,
+		Programmer:     prog,
+		Programmable:   f.programmable,
+		PrepareWait:    f.prepareWait,
+		OnProgrammed: func() {
+			if d := ns.driver.Load(); d != nil {
+				d.RefreshDevices()
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if warning != nil {
+		if !errors.Is(warning, state.ErrCorruptCheckpoint) {
+			return nil, warning
+		}
+		logger.Error(warning, "CHECKPOINT CORRUPT: prepared claims may be missing; the file was kept aside for inspection")
+	}
+	ns.state = st
+	logger.Info("Node state ready", "bootID", st.BootID(), "programmer", prog.Name(), "bitstreamDir", f.bitstreamDir, "cdiDir", f.cdiDir)
+	return ns, nil
+}
