@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -23,6 +24,7 @@ import (
 type nodeState struct {
 	state    *state.State
 	recorder events.EventRecorder
+	metrics  *drivermetrics.Metrics
 	// driver is set once the DRA plugin runs; programming refreshes it.
 	driver atomic.Pointer[draplugin.Driver]
 }
@@ -58,7 +60,7 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 	}
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
-	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver")}
+	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver"), metrics: drivermetrics.New()}
 	st, warning, err := state.New(ctx, state.Config{
 		CheckpointPath: filepath.Join(f.pluginDir, "checkpoint.json"),
 		BootIDPath:     bootID,
@@ -67,7 +69,8 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 		Programmer:     prog,
 		Programmable:   f.programmable,
 		PrepareWait:    f.prepareWait,
-		OnProgrammed: func() {
+		OnProgrammed: func(p state.Programming) {
+			ns.metrics.ObserveProgramming(p.Err, p.Duration)
 			if d := ns.driver.Load(); d != nil {
 				d.RefreshDevices()
 			}

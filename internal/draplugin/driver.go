@@ -18,6 +18,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -41,6 +42,8 @@ type Config struct {
 	Programmable bool
 	// Claims prepares and unprepares claims; nil refuses every claim.
 	Claims ClaimPreparer
+	// Metrics records device health; nil records nothing.
+	Metrics *drivermetrics.Metrics
 	// HealthResend is how often health is re-sent to the kubelet even when
 	// nothing changed (10 s when zero; the kubelet's window is 30 s).
 	HealthResend time.Duration
@@ -169,6 +172,13 @@ func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	for _, err := range res.Errors {
 		logger.Error(err, "FPGA card or port is not usable and is not published")
 	}
+	healthy := 0
+	for _, p := range res.Ports() {
+		if p.Health.Healthy {
+			healthy++
+		}
+	}
+	d.cfg.Metrics.SetDevices(healthy, len(res.Ports())-healthy)
 	d.mu.Lock()
 	d.devices = res
 	close(d.changed)

@@ -52,7 +52,7 @@ type nodeOptions struct {
 	configure func(*draplugin.Config)
 }
 
-func startNode(t *testing.T, o nodeOptions) *testNode {
+func startNode(t testing.TB, o nodeOptions) *testNode {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -128,7 +128,7 @@ func startNode(t *testing.T, o nodeOptions) *testNode {
 	return n
 }
 
-func dial(t *testing.T, path string) *grpc.ClientConn {
+func dial(t testing.TB, path string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -140,7 +140,7 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 
 // register does what the kubelet's plugin watcher does: GetInfo on the
 // registration socket, then NotifyRegistrationStatus. It returns the info.
-func (n *testNode) register(t *testing.T) *registerapi.PluginInfo {
+func (n *testNode) register(t testing.TB) *registerapi.PluginInfo {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -155,17 +155,17 @@ func (n *testNode) register(t *testing.T) *registerapi.PluginInfo {
 	return info
 }
 
-func (n *testNode) draClient(t *testing.T) drapbv1.DRAPluginClient {
+func (n *testNode) draClient(t testing.TB) drapbv1.DRAPluginClient {
 	return drapbv1.NewDRAPluginClient(dial(t, filepath.Join(n.dataDir, "dra.sock")))
 }
 
-func (n *testNode) healthClient(t *testing.T) drahealthv1.DRAResourceHealthClient {
+func (n *testNode) healthClient(t testing.TB) drahealthv1.DRAResourceHealthClient {
 	return drahealthv1.NewDRAResourceHealthClient(dial(t, filepath.Join(n.dataDir, "dra.sock")))
 }
 
 // waitSlices watches the fake API server until the node's ResourceSlices
 // satisfy ok, and returns them.
-func (n *testNode) waitSlices(t *testing.T, ok func([]resourceapi.ResourceSlice) bool) []resourceapi.ResourceSlice {
+func (n *testNode) waitSlices(t testing.TB, ok func([]resourceapi.ResourceSlice) bool) []resourceapi.ResourceSlice {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

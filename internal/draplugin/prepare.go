@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -30,6 +32,8 @@ type Claims struct {
 	State    *state.State
 	// Recorder records events on claims; nil records none.
 	Recorder events.EventRecorder
+	// Metrics counts prepares and unprepares; nil counts nothing.
+	Metrics *drivermetrics.Metrics
 }
 
 var _ ClaimPreparer = &Claims{}
@@ -57,7 +61,13 @@ func (c *Claims) Prepare(ctx context.Context, claims []*resourceapi.ResourceClai
 func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim, devs *discovery.Result) kubeletplugin.PrepareResult {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)
+	done := c.Metrics.StartPrepare()
 	fail := func(err error) kubeletplugin.PrepareResult {
+		if errors.Is(err, state.ErrInProgress) {
+			done(drivermetrics.OutcomeInProgress)
+		} else {
+			done(drivermetrics.OutcomeError)
+		}
 		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 	}
 	reqs, err := c.requests(claim)
@@ -83,6 +93,7 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		return fail(err)
 	}
+	done(drivermetrics.OutcomeSuccess)
 	result := kubeletplugin.PrepareResult{}
 	for _, d := range out.Devices {
 		result.Devices = append(result.Devices, kubeletplugin.Device{
@@ -149,10 +160,13 @@ func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceReque
 func (c *Claims) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	results := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
+		start := time.Now()
 		if err := c.State.Unprepare(ctx, claim.UID); err != nil {
+			c.Metrics.ObserveUnprepare(drivermetrics.OutcomeError, time.Since(start))
 			results[claim.UID] = fmt.Errorf("claim %s: %w", claim.NamespacedName, err)
 			continue
 		}
+		c.Metrics.ObserveUnprepare(drivermetrics.OutcomeSuccess, time.Since(start))
 		results[claim.UID] = nil
 	}
 	return results

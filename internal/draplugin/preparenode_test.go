@@ -21,6 +21,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
@@ -40,6 +41,7 @@ type preparingNode struct {
 	cdiDir    string
 	stateWarn error
 	uid       atomic.Int64
+	metrics   *drivermetrics.Metrics
 }
 
 type preparingOptions struct {
@@ -49,12 +51,12 @@ type preparingOptions struct {
 	programmer  *program.SimProgrammer
 }
 
-func startPreparingNode(t *testing.T, o preparingOptions) *preparingNode {
+func startPreparingNode(t testing.TB, o preparingOptions) *preparingNode {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	pn := &preparingNode{sim: o.programmer}
+	pn := &preparingNode{sim: o.programmer, metrics: drivermetrics.New()}
 	if pn.sim == nil {
 		pn.sim = &program.SimProgrammer{}
 	}
@@ -77,8 +79,9 @@ func startPreparingNode(t *testing.T, o preparingOptions) *preparingNode {
 		t.Fatal(err)
 	}
 	var driver atomic.Pointer[draplugin.Driver]
-	claims := &draplugin.Claims{DriverName: driverName, PoolName: nodeName}
+	claims := &draplugin.Claims{DriverName: driverName, PoolName: nodeName, Metrics: pn.metrics}
 	pn.testNode = startNode(t, nodeOptions{sim: o.sim, restart: restart, claims: claims, configure: func(c *draplugin.Config) {
+		c.Metrics = pn.metrics
 		simRoot := c.Scanner.Root
 		st, warn, err := state.New(ctx, state.Config{
 			CheckpointPath: filepath.Join(c.PluginDataDir, "checkpoint.json"),
@@ -88,7 +91,8 @@ func startPreparingNode(t *testing.T, o preparingOptions) *preparingNode {
 			Programmer:     pn.sim,
 			Programmable:   true,
 			PrepareWait:    o.prepareWait,
-			OnProgrammed: func() {
+			OnProgrammed: func(p state.Programming) {
+				pn.metrics.ObserveProgramming(p.Err, p.Duration)
 				if d := driver.Load(); d != nil {
 					d.RefreshDevices()
 				}
@@ -146,7 +150,7 @@ func fpgaConfig(t testing.TB, cfg v1alpha1.FpgaConfig) runtime.RawExtension {
 
 // claim creates an allocated ResourceClaim in the API server, one request
 // "fpga-<i>" per device, with the given opaque configs from the claim.
-func (pn *preparingNode) claim(t *testing.T, devices []string, configs ...runtime.RawExtension) *resourceapi.ResourceClaim {
+func (pn *preparingNode) claim(t testing.TB, devices []string, configs ...runtime.RawExtension) *resourceapi.ResourceClaim {
 	t.Helper()
 	id := pn.uid.Add(1)
 	c := &resourceapi.ResourceClaim{
@@ -177,7 +181,7 @@ func protoClaim(c *resourceapi.ResourceClaim) *drapbv1.Claim {
 
 // prepare calls NodePrepareResources over the socket, as the kubelet does,
 // and returns the claim's result.
-func (pn *preparingNode) prepare(t *testing.T, dra drapbv1.DRAPluginClient, c *resourceapi.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
+func (pn *preparingNode) prepare(t testing.TB, dra drapbv1.DRAPluginClient, c *resourceapi.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
@@ -192,7 +196,7 @@ func (pn *preparingNode) prepare(t *testing.T, dra drapbv1.DRAPluginClient, c *r
 	return r
 }
 
-func (pn *preparingNode) unprepare(t *testing.T, dra drapbv1.DRAPluginClient, c *resourceapi.ResourceClaim) {
+func (pn *preparingNode) unprepare(t testing.TB, dra drapbv1.DRAPluginClient, c *resourceapi.ResourceClaim) {
 	t.Helper()
 	resp, err := dra.NodeUnprepareResources(context.Background(), &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{protoClaim(c)}})
 	if err != nil {
@@ -205,7 +209,7 @@ func (pn *preparingNode) unprepare(t *testing.T, dra drapbv1.DRAPluginClient, c 
 
 // claimEvents lists the reasons of events recorded on a claim, waiting
 // until want appears (events are sent asynchronously).
-func (pn *preparingNode) waitEvent(t *testing.T, c *resourceapi.ResourceClaim, reason string) string {
+func (pn *preparingNode) waitEvent(t testing.TB, c *resourceapi.ResourceClaim, reason string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -110,10 +110,11 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	for i, p := range plans {
 		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.afu, Programmed: p.program}
 	}
-	ids, err := s.writeSpec(h.UID, recs, devs)
+	devices, err := specDevices(recs, devs)
 	if err != nil {
-		return out, fmt.Errorf("write CDI spec for claim %s: %w", h, err)
+		return out, fmt.Errorf("claim %s: %w", h, err)
 	}
+	ids := s.cfg.CDI.DeviceIDs(string(h.UID), devices)
 	s.mu.Lock()
 	for i := range recs {
 		recs[i].CDIDeviceID = ids[i]
@@ -124,8 +125,20 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	}
 	s.changed()
 	s.mu.Unlock()
-	if err := s.persist(); err != nil {
-		return out, fmt.Errorf("record claim %s: %w", h, err)
+	// The spec and the checkpoint are independent durable writes: a crash
+	// between them leaves either a completed record whose spec Restore
+	// rewrites, or a spec Restore removes. Write them concurrently.
+	specErr := make(chan error, 1)
+	go func() {
+		_, err := s.cfg.CDI.WriteClaimSpec(uid, devices)
+		specErr <- err
+	}()
+	persistErr := s.persist()
+	if err := <-specErr; err != nil {
+		return out, fmt.Errorf("write CDI spec for claim %s: %w", h, err)
+	}
+	if persistErr != nil {
+		return out, fmt.Errorf("record claim %s: %w", h, persistErr)
 	}
 	for i, r := range recs {
 		out.Devices = append(out.Devices, PreparedDevice{Device: r.Device, Requests: r.Requests, CDIDeviceIDs: []string{ids[i]}, AFUID: r.AFUID})
@@ -262,7 +275,7 @@ func (s *State) startJob(ctx context.Context, h Holder, p *plan) *job {
 			logger.Info("Programmed region", "bitstream", j.result.Bitstream, "duration", j.result.Duration)
 		}
 		if s.cfg.OnProgrammed != nil {
-			s.cfg.OnProgrammed()
+			s.cfg.OnProgrammed(j.result)
 		}
 	}()
 	return j

@@ -42,9 +42,9 @@ type Config struct {
 	// zero.
 	PrepareWait time.Duration
 	Load        program.LoadOptions
-	// OnProgrammed runs after a region was programmed (successfully or
-	// not), so the new AFU ID is re-read and republished.
-	OnProgrammed func()
+	// OnProgrammed runs after every programming job (successful or not),
+	// so the new AFU ID is re-read and republished and the outcome counted.
+	OnProgrammed func(Programming)
 }
 
 // Holder identifies who prepares devices: a ResourceClaim, or for the
@@ -219,16 +219,25 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) error {
 	return errors.Join(errs...)
 }
 
-// writeSpec writes the CDI spec for a claim's devices and returns the CDI
-// device IDs in device order. Caller holds mu or owns the claim.
-func (s *State) writeSpec(uid types.UID, recs []DeviceRecord, devs *discovery.Result) ([]string, error) {
-	var devices []cdi.Device
+// specDevices resolves a claim's device records to CDI devices.
+func specDevices(recs []DeviceRecord, devs *discovery.Result) ([]cdi.Device, error) {
+	devices := make([]cdi.Device, 0, len(recs))
 	for _, r := range recs {
 		card, port, ok := devs.FindPort(r.Device)
 		if !ok {
 			return nil, fmt.Errorf("device %s is not on this node any more", r.Device)
 		}
 		devices = append(devices, cdi.NewDevice(card, port, r.AFUID))
+	}
+	return devices, nil
+}
+
+// writeSpec writes the CDI spec for a claim's devices and returns the CDI
+// device IDs in device order.
+func (s *State) writeSpec(uid types.UID, recs []DeviceRecord, devs *discovery.Result) ([]string, error) {
+	devices, err := specDevices(recs, devs)
+	if err != nil {
+		return nil, err
 	}
 	return s.cfg.CDI.WriteClaimSpec(string(uid), devices)
 }

@@ -59,3 +59,13 @@ func validateClaimUID(uid string) error {
 func isAlphaNumeric(r rune) bool {
 	return ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9')
 }
+
+// DeviceIDs returns the CDI device IDs WriteClaimSpec returns for the same
+// arguments, without writing anything: "<vendor>/<class>=<claimUID>-<device>".
+func (w *Writer) DeviceIDs(claimUID string, devices []Device) []string {
+	ids := make([]string, len(devices))
+	for i, d := range devices {
+		ids[i] = w.deviceID(claimUID, d.name)
+	}
+	return ids
+}
