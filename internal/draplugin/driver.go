@@ -40,6 +40,9 @@ type Config struct {
 	RefreshInterval time.Duration
 	// Programmable is false when this node forbids reprogramming.
 	Programmable bool
+	// UnhealthyEffect is the effect of an unhealthy device's taint
+	// (NoSchedule when empty).
+	UnhealthyEffect resourceapi.DeviceTaintEffect
 	// Claims prepares and unprepares claims; nil refuses every claim.
 	Claims ClaimPreparer
 	// Metrics records device health; nil records nothing.
@@ -188,7 +191,7 @@ func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 }
 
 func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
-	devices := Devices(res, SliceOptions{DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root})
+	devices := Devices(res, SliceOptions{DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root, UnhealthyEffect: d.cfg.UnhealthyEffect})
 	if err := d.helper.PublishResources(ctx, Resources(d.cfg.NodeName, devices)); err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing ResourceSlices failed")
 	}

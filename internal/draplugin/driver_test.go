@@ -4,11 +4,16 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
@@ -191,4 +196,44 @@ func TestNoDriverPublishesNothing(t *testing.T) {
 		t.Fatalf("published %d slices with no FPGA driver", len(list.Items))
 	}
 	n.register(t) // the plugin keeps running
+}
+
+func TestErrorRegistersTaintUntilCleared(t *testing.T) {
+	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}, configure: func(c *draplugin.Config) {
+		c.UnhealthyEffect = resourceapi.DeviceTaintEffectNoExecute
+	}})
+	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 2 })
+	if err := n.sim.SetFMEErrors(n.sim.Cards[0], "0x4"); err != nil {
+		t.Fatal(err)
+	}
+	n.driver.RefreshDevices()
+	got := n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(s[0].Spec.Devices[0].Taints) == 1 })
+	taint := got[0].Spec.Devices[0].Taints[0]
+	if taint.Effect != resourceapi.DeviceTaintEffectNoExecute || !strings.Contains(taint.Value, "0x4") {
+		t.Fatalf("taint %+v, want NoExecute naming the error bits", taint)
+	}
+	if len(got[0].Spec.Devices[1].Taints) != 0 {
+		t.Fatalf("the healthy card's device is tainted: %+v", got[0].Spec.Devices[1].Taints)
+	}
+	if err := n.sim.SetFMEErrors(n.sim.Cards[0], "0x0"); err != nil {
+		t.Fatal(err)
+	}
+	n.driver.RefreshDevices()
+	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(s[0].Spec.Devices[0].Taints) == 0 })
+}
+
+func TestFailedPublishIsRetried(t *testing.T) {
+	var refused atomic.Int32
+	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 1}, api: func(c *fake.Clientset) {
+		c.PrependReactor("create", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if refused.Add(1) <= 3 {
+				return true, nil, apierrors.NewServiceUnavailable("injected: the API server is overloaded")
+			}
+			return false, nil, nil
+		})
+	}})
+	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 1 })
+	if got := refused.Load(); got < 4 {
+		t.Fatalf("%d create attempts, want the 3 refused ones retried", got)
+	}
 }

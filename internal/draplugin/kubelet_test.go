@@ -50,6 +50,8 @@ type nodeOptions struct {
 	claims  draplugin.ClaimPreparer
 	// configure adjusts the driver config before start.
 	configure func(*draplugin.Config)
+	// api adjusts the fake API server (reactors) before start.
+	api func(*fake.Clientset)
 }
 
 func startNode(t testing.TB, o nodeOptions) *testNode {
@@ -88,6 +90,9 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 				t.Fatal(err)
 			}
 		}
+	}
+	if o.api != nil {
+		o.api(n.client)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

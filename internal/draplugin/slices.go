@@ -69,6 +69,10 @@ type SliceOptions struct {
 	// Root is the discovery root; the standard PCIe root attribute is
 	// resolved below Root/sys.
 	Root string
+	// UnhealthyEffect is the effect of the taint an unhealthy device
+	// carries: NoSchedule (the default) keeps new claims away; NoExecute
+	// also evicts pods that use it.
+	UnhealthyEffect resourceapi.DeviceTaintEffect
 }
 
 // Devices turns a discovery result into one DRA device per port, in card
@@ -127,10 +131,14 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 	}
 	d := resourceapi.Device{Name: p.DeviceName(), Attributes: attrs}
 	if !p.Health.Healthy {
+		effect := o.UnhealthyEffect
+		if effect == "" {
+			effect = resourceapi.DeviceTaintEffectNoSchedule
+		}
 		d.Taints = []resourceapi.DeviceTaint{{
 			Key:    o.DriverName + "/" + TaintUnhealthy,
 			Value:  TaintValue(p.Health),
-			Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			Effect: effect,
 		}}
 	}
 	return d

@@ -22,7 +22,25 @@ func (l layout) cardHealth(c *Card, fme sysDir) Health {
 			h.fail("FME %s of card %s is 0x%x", name, c.PCIAddress, v)
 		}
 	}
+	if c.hwmon != "" {
+		if t, crit, ok := temperature(c.hwmon); ok && t >= crit {
+			h.fail("card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, crit/1000)
+		}
+	}
 	return h
+}
+
+// temperature reads an hwmon directory's temp1_input and temp1_crit
+// (millidegrees Celsius).
+func temperature(dir string) (input, crit int64, ok bool) {
+	in, err1 := readAttrAt(unix.AT_FDCWD, dir+"/temp1_input")
+	cr, err2 := readAttrAt(unix.AT_FDCWD, dir+"/temp1_crit")
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	i, err1 := strconv.ParseInt(in, 10, 64)
+	c, err2 := strconv.ParseInt(cr, 10, 64)
+	return i, c, err1 == nil && err2 == nil && c > 0
 }
 
 // check fills in a port's AFU ID and health from the attributes that change

@@ -72,6 +72,9 @@ type Card struct {
 	// card's partial-reconfiguration region; never empty on a discovered card.
 	InterfaceID string
 	Ports       []*Port
+
+	// hwmon is the FME's hwmon directory ("" when it has none).
+	hwmon string
 }
 
 // Port is one accelerator port: the unit a container is given. Its

@@ -334,6 +334,13 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		c.PortsNum, _ = strconv.Atoi(v)
 	}
 	c.BitstreamID, _ = fme.read("bitstream_id")
+	if hw, err := openSysDir(filepath.Join(p.fmeDir, "hwmon")); err == nil {
+		if names, err := hw.names(); err == nil && len(names) > 0 {
+			sort.Strings(names)
+			c.hwmon = filepath.Join(hw.path, names[0])
+		}
+		hw.close()
+	}
 	if c.InterfaceID, err = w.interfaceID(fme, p.interfaceIDFiles); err != nil {
 		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
 	}

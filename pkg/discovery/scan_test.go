@@ -274,3 +274,47 @@ func BenchmarkRefresh64(b *testing.B) {
 		s.Refresh(res)
 	}
 }
+
+func TestCardHealthErrorsAndTemperature(t *testing.T) {
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		t.Run(string(drv), func(t *testing.T) {
+			n := writeNode(t, simnode.Options{Driver: drv, Cards: 3, PortsPerCard: 2})
+			if err := n.SetFMEErrors(n.Cards[0], "0x10"); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.SetTemperature(n.Cards[1], 101000); err != nil {
+				t.Fatal(err)
+			}
+			res := scan(t, n.Root)
+			for ci, want := range []string{"0x10", "101°C", ""} {
+				for _, p := range res.Cards[ci].Ports {
+					if want == "" {
+						if !p.Health.Healthy {
+							t.Errorf("card %d port %s unhealthy: %s", ci, p.Node.Name, p.Health)
+						}
+						continue
+					}
+					if p.Health.Healthy || !strings.Contains(p.Health.String(), want) {
+						t.Errorf("card %d port %s health %q, want unhealthy mentioning %s", ci, p.Node.Name, p.Health, want)
+					}
+				}
+			}
+			// Both clear; a refresh (no rescan) sees it.
+			if err := n.SetFMEErrors(n.Cards[0], "0x0"); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.SetTemperature(n.Cards[1], 45000); err != nil {
+				t.Fatal(err)
+			}
+			next, changed := (&discovery.Scanner{Root: n.Root}).Refresh(res)
+			if !changed {
+				t.Fatal("refresh missed the recovery")
+			}
+			for _, p := range next.Ports() {
+				if !p.Health.Healthy {
+					t.Errorf("port %s still unhealthy after recovery: %s", p.Node.Name, p.Health)
+				}
+			}
+		})
+	}
+}

@@ -118,3 +118,12 @@ func replaceFile(path, content string) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// SetTemperature writes the card FME's hwmon temp1_input (millidegrees).
+func (n *Node) SetTemperature(c *Card, milliC int) error {
+	dirs, _ := filepath.Glob(filepath.Join(c.FMEPath, "hwmon", "hwmon*"))
+	if len(dirs) == 0 {
+		return fmt.Errorf("card %s has no hwmon directory", c.PCIAddress)
+	}
+	return replaceFile(filepath.Join(dirs[0], "temp1_input"), fmt.Sprintf("%d\n", milliC))
+}

@@ -1,0 +1,72 @@
+package program
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTestGBS(t *testing.T, path, ifID, afu string, fill byte) {
+	t.Helper()
+	payload, err := SimPayload(afu, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload[len(payload)-1] = fill
+	var b bytes.Buffer
+	if err := WriteGBS(&b, NewGBSMetadata(ifID, afu, "t"), payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInstall(t *testing.T) {
+	const ifID, afu = "69528db6eb31577a8c3668f9faa081f6", "d8424dc4a4a3c413f89e433683f9040b"
+	repo, src := t.TempDir(), filepath.Join(t.TempDir(), "build-output.gbs")
+	writeTestGBS(t, src, ifID, afu, 1)
+	bs, err := Install(repo, src, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(ifID, afu+".gbs")
+	if bs.Name != want {
+		t.Fatalf("installed as %q, want %q", bs.Name, want)
+	}
+	// The node's repository finds it by its IDs.
+	r, err := NewRepository(context.Background(), repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found, err := r.Find(ifID, afu); err != nil || found.Name != want {
+		t.Fatalf("repository lookup: %v %+v", err, found)
+	}
+	// Same content again: fine. Different content: refused without force.
+	if _, err := Install(repo, src, false); err != nil {
+		t.Fatalf("reinstalling the same file: %v", err)
+	}
+	writeTestGBS(t, src, ifID, afu, 2)
+	if _, err := Install(repo, src, false); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("overwrite without force: %v", err)
+	}
+	if _, err := Install(repo, src, true); err != nil {
+		t.Fatalf("overwrite with force: %v", err)
+	}
+	// Not a bitstream: refused, nothing written.
+	bad := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(bad, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(repo, bad, true); !errors.Is(err, ErrInvalidBitstream) {
+		t.Fatalf("installing a text file: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(repo, ifID))
+	if len(entries) != 1 {
+		t.Fatalf("repository holds %d files, want 1", len(entries))
+	}
+}
