@@ -1,19 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 func newSimulateCommand() *cobra.Command {
 	var (
-		dir    string
-		driver string
-		opts   simnode.Options
+		dir, driver, bitstreams string
+		opts                    simnode.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate --dir DIR",
@@ -42,6 +45,18 @@ func newSimulateCommand() *cobra.Command {
 					fmt.Fprintf(out, "  %s  %-20s  port %d  %s\n", p.PCIAddress, p.Name, p.ID, p.DevPath)
 				}
 			}
+			if bitstreams == "" {
+				bitstreams = filepath.Join(n.Root, "srv/fpga/bitstreams")
+			}
+			afus := append([]string{simnode.SampleAFUID}, n.Opts.AFUIDs...)
+			paths, err := writeSampleBitstreams(bitstreams, n.Opts.InterfaceID, afus)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "sample bitstreams (for --programmer=sim) in %s:\n", bitstreams)
+			for _, p := range paths {
+				fmt.Fprintf(out, "  %s\n", p)
+			}
 			return nil
 		},
 	}
@@ -54,5 +69,37 @@ func newSimulateCommand() *cobra.Command {
 	f.StringVar(&opts.InterfaceID, "interface-id", simnode.DefaultInterfaceID, "interface ID of every card's PR region")
 	f.StringSliceVar(&opts.AFUIDs, "afu-ids", nil, "AFU IDs loaded on the ports, round robin (default: the Intel plugin's test fixture IDs)")
 	f.BoolVar(&opts.DashedIDs, "dashed-ids", false, "print IDs as dashed UUIDs")
+	f.StringVar(&bitstreams, "bitstream-dir", "", "where to write sample bitstreams for the simulated programmer (default DIR/srv/fpga/bitstreams)")
 	return cmd
+}
+
+// writeSampleBitstreams installs one GBS per AFU for the simulated
+// programmer (its payload names the AFU) into a repository directory.
+func writeSampleBitstreams(dir, interfaceID string, afus []string) ([]string, error) {
+	tmp, err := os.MkdirTemp("", "fpga-sample-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var paths []string
+	for _, afu := range afus {
+		payload, err := program.SimPayload(afu, 64<<10)
+		if err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		if err := program.WriteGBS(&b, program.NewGBSMetadata(interfaceID, afu, "sample_"+afu[:8]), payload); err != nil {
+			return nil, err
+		}
+		src := filepath.Join(tmp, afu+".gbs")
+		if err := os.WriteFile(src, b.Bytes(), 0o644); err != nil {
+			return nil, err
+		}
+		bs, err := program.Install(dir, src, true)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, bs.Path)
+	}
+	return paths, nil
 }

@@ -29,7 +29,7 @@ import (
 )
 
 // NewAFU is an AFU no simulated port carries until it is programmed.
-const NewAFU = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+const NewAFU = simnode.SampleAFUID
 
 // preparingNode is a testNode whose driver prepares claims on a real
 // State with a simulated programmer and a bitstream repository.

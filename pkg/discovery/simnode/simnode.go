@@ -37,6 +37,9 @@ const (
 	DefaultAFUID = "d8424dc4a4a3c413f89e433683f9040b"
 	// SecondAFUID is the AFU loaded on every odd port by default.
 	SecondAFUID = "f7df405cbd7acf7222f144b0b93acd18"
+	// SampleAFUID is loaded nowhere; the simulate command's sample
+	// repository has a bitstream for it, so a claim can program it.
+	SampleAFUID = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
 )
 
 // maxCards is how many cards fit the simulated PCI topology: 4 root
