@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -49,7 +47,7 @@ func newSimulateCommand() *cobra.Command {
 				bitstreams = filepath.Join(n.Root, "srv/fpga/bitstreams")
 			}
 			afus := append([]string{simnode.SampleAFUID}, n.Opts.AFUIDs...)
-			paths, err := writeSampleBitstreams(bitstreams, n.Opts.InterfaceID, afus)
+			paths, err := program.WriteSimRepository(bitstreams, n.Opts.InterfaceID, afus)
 			if err != nil {
 				return err
 			}
@@ -71,35 +69,4 @@ func newSimulateCommand() *cobra.Command {
 	f.BoolVar(&opts.DashedIDs, "dashed-ids", false, "print IDs as dashed UUIDs")
 	f.StringVar(&bitstreams, "bitstream-dir", "", "where to write sample bitstreams for the simulated programmer (default DIR/srv/fpga/bitstreams)")
 	return cmd
-}
-
-// writeSampleBitstreams installs one GBS per AFU for the simulated
-// programmer (its payload names the AFU) into a repository directory.
-func writeSampleBitstreams(dir, interfaceID string, afus []string) ([]string, error) {
-	tmp, err := os.MkdirTemp("", "fpga-sample-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	var paths []string
-	for _, afu := range afus {
-		payload, err := program.SimPayload(afu, 64<<10)
-		if err != nil {
-			return nil, err
-		}
-		var b bytes.Buffer
-		if err := program.WriteGBS(&b, program.NewGBSMetadata(interfaceID, afu, "sample_"+afu[:8]), payload); err != nil {
-			return nil, err
-		}
-		src := filepath.Join(tmp, afu+".gbs")
-		if err := os.WriteFile(src, b.Bytes(), 0o644); err != nil {
-			return nil, err
-		}
-		bs, err := program.Install(dir, src, true)
-		if err != nil {
-			return nil, err
-		}
-		paths = append(paths, bs.Path)
-	}
-	return paths, nil
 }

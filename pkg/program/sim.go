@@ -1,6 +1,7 @@
 package program
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -244,4 +245,37 @@ func writeAFUID(path string, id []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// WriteSimRepository installs into the repository directory dir one GBS
+// per AFU for interfaceID whose payload follows the SimProgrammer
+// convention, so the simulated programmer can load any of them. It returns
+// the installed files.
+func WriteSimRepository(dir, interfaceID string, afuIDs []string) ([]string, error) {
+	tmp, err := os.MkdirTemp("", "fpga-sim-bitstreams-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var paths []string
+	for _, afu := range afuIDs {
+		payload, err := SimPayload(afu, 64<<10)
+		if err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		if err := WriteGBS(&b, NewGBSMetadata(interfaceID, afu, "sim_"+afu[:min(8, len(afu))]), payload); err != nil {
+			return nil, err
+		}
+		src := filepath.Join(tmp, afu+".gbs")
+		if err := os.WriteFile(src, b.Bytes(), 0o644); err != nil {
+			return nil, err
+		}
+		bs, err := Install(dir, src, true)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, bs.Path)
+	}
+	return paths, nil
 }

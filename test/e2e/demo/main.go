@@ -1,0 +1,257 @@
+// Command demo runs the README's first command: a real local Kubernetes
+// cluster with the FPGA DRA driver on a simulated FPGA node, a workload that
+// asks for an accelerator function that must first be programmed, and what
+// each step produced. The cluster stays up; "demo down" ends it.
+//
+//	go run ./test/e2e/demo up --bin DIR [--dir /tmp/fdra-demo]
+//	go run ./test/e2e/demo down [--dir /tmp/fdra-demo]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: demo up --bin DIR [--dir DIR] | demo down [--dir DIR]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	dir := fs.String("dir", "/tmp/fdra-demo", "run directory (kept short: unix socket paths are limited)")
+	bin := fs.String("bin", "", "directory with the cluster binaries (hack/e2e/build-cluster-binaries.sh prints it)")
+	_ = fs.Parse(os.Args[2:])
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(*dir, *bin)
+	case "down":
+		err = localcluster.DownRecorded(*dir)
+		if err == nil {
+			fmt.Printf("demo cluster in %s stopped\n", *dir)
+		}
+	default:
+		err = fmt.Errorf("unknown subcommand %q: use up or down", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func step(n int, format string, args ...any) {
+	fmt.Printf("\n==> %d. %s\n", n, fmt.Sprintf(format, args...))
+}
+
+func up(dir, bin string) error {
+	if bin == "" {
+		return errors.New("--bin is required: the directory hack/e2e/build-cluster-binaries.sh printed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pids")); err == nil {
+		return fmt.Errorf("a demo cluster already runs in %s: `make demo-down` first", dir)
+	}
+	_ = os.RemoveAll(dir)
+	repo, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	step(1, "Starting a local cluster: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, containerd (CDI on), kubelet")
+	c, err := localcluster.Up(ctx, localcluster.Config{BinDir: bin, Repo: repo, Dir: dir, Detach: true,
+		Logf: func(f string, a ...any) { fmt.Printf("    %s\n", fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		return err
+	}
+	step(2, "Starting fpga-dra-driver on a simulated node: 4 DFL cards, simulated partial reconfiguration")
+	_, err = c.StartFPGANode(ctx)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+	}
+	step(3, "The ResourceSlice the driver published (one device per FPGA port)")
+	if err := printSlice(ctx, c); err != nil {
+		return err
+	}
+
+	step(4, "A DeviceClass for FPGA regions with interface %s, and a workload whose claim asks for AFU %s (loaded nowhere yet)", simnode.DefaultInterfaceID, simnode.SampleAFUID)
+	if err := applyWorkload(ctx, c); err != nil {
+		return err
+	}
+	pod, err := c.WaitPodRunning(ctx, "demo", "accelerated", 120*time.Second)
+	if err != nil {
+		return err
+	}
+	claim, device, err := allocation(ctx, c, pod)
+	if err != nil {
+		return err
+	}
+	step(5, "The scheduler allocated claim %s: device %s (pool %s)", claim.Name, device, c.NodeName)
+
+	step(6, "The driver programmed the region before the container started")
+	events, err := c.Client.EventsV1().Events("demo").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, e := range events.Items {
+		if e.Regarding.UID == claim.UID {
+			fmt.Printf("    event %s: %s\n", e.Reason, e.Note)
+		}
+	}
+	fmt.Printf("    slice now says %s has afuID %s\n", device, waitSliceAFU(ctx, c, device, simnode.SampleAFUID))
+
+	step(7, "What the container sees (printed by the container itself)")
+	view, err := c.ReadProbe(ctx, pod, "probe", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	var devs []string
+	for d, nums := range view.Devices {
+		if strings.Contains(d, "fpga") || strings.Contains(d, "dfl") {
+			devs = append(devs, fmt.Sprintf("%s (%s)", d, nums))
+		}
+	}
+	sort.Strings(devs)
+	fmt.Printf("    FPGA device nodes: %s\n", strings.Join(devs, ", "))
+	var keys []string
+	for k := range view.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Printf("    %s=%s\n", k, view.Env[k])
+	}
+
+	fmt.Printf("\nThe cluster stays up. Try:\n    export KUBECONFIG=%s; %s get resourceslices,resourceclaims,pods -A\n", c.AdminKubeconfig, filepath.Join(bin, "kubectl"))
+	fmt.Println("End it with: make demo-down")
+	return nil
+}
+
+func printSlice(ctx context.Context, c *localcluster.Cluster) error {
+	list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, s := range list.Items {
+		fmt.Printf("    %s (driver %s, node %s)\n", s.Name, s.Spec.Driver, ptr.Deref(s.Spec.NodeName, ""))
+		for _, d := range s.Spec.Devices {
+			str := func(k string) string {
+				if v := d.Attributes[resourceapi.QualifiedName(localcluster.DriverName+"/"+k)].StringValue; v != nil {
+					return *v
+				}
+				return "-"
+			}
+			fmt.Printf("      %-22s interfaceID=%s afuID=%s model=%q\n", d.Name, str("interfaceID"), str("afuID"), str("model"))
+		}
+	}
+	return nil
+}
+
+func applyWorkload(ctx context.Context, c *localcluster.Cluster) error {
+	cfg, err := json.Marshal(v1alpha1.FpgaConfig{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.FpgaConfigKind},
+		AFUID:    simnode.SampleAFUID,
+	})
+	if err != nil {
+		return err
+	}
+	expr := fmt.Sprintf(`device.driver == %q && device.attributes[%q].interfaceID == %q && device.attributes[%q].programmable`,
+		localcluster.DriverName, localcluster.DriverName, simnode.DefaultInterfaceID, localcluster.DriverName)
+	if _, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "fpga-region-pac-a10"},
+		Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("    DeviceClass fpga-region-pac-a10: %s\n", expr)
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := c.Client.CoreV1().ServiceAccounts("demo").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	if _, err := c.Client.ResourceV1().ResourceClaimTemplates("demo").Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "sample-accelerator"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "fpga", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "fpga-region-pac-a10"}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: localcluster.DriverName, Parameters: runtime.RawExtension{Raw: cfg}},
+			}}},
+		}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("    ResourceClaimTemplate demo/sample-accelerator with opaque config %s\n", cfg)
+	_, err = c.Client.CoreV1().Pods("demo").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "accelerated"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			AutomountServiceAccountToken:  ptr.To(false),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "fpga", ResourceClaimTemplateName: ptr.To("sample-accelerator")}},
+			Containers: []corev1.Container{{
+				Name: "probe", Image: localcluster.ProbeImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "fpga"}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err == nil {
+		fmt.Println("    Pod demo/accelerated, waiting for it to run ...")
+	}
+	return err
+}
+
+func allocation(ctx context.Context, c *localcluster.Cluster, pod *corev1.Pod) (*resourceapi.ResourceClaim, string, error) {
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName == nil {
+			continue
+		}
+		claim, err := c.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return nil, "", err
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			return claim, r.Device, nil
+		}
+	}
+	return nil, "", errors.New("the pod's claim is not allocated")
+}
+
+func waitSliceAFU(ctx context.Context, c *localcluster.Cluster, device, want string) string {
+	deadline := time.Now().Add(30 * time.Second)
+	got := ""
+	for time.Now().Before(deadline) {
+		list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for _, s := range list.Items {
+				for _, d := range s.Spec.Devices {
+					if v := d.Attributes[resourceapi.QualifiedName(localcluster.DriverName+"/afuID")].StringValue; d.Name == device && v != nil {
+						got = *v
+					}
+				}
+			}
+		}
+		if got == want {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return got
+}

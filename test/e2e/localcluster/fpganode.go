@@ -1,0 +1,119 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// DriverName is the DRA driver name the FPGA node runs with.
+const DriverName = "fpga.dra.dev"
+
+// FPGANode is the driver running as a host process of the cluster's node,
+// on a simulated FPGA tree with the simulated programmer.
+type FPGANode struct {
+	Dir, Bin, Root string
+	// Sim is the simulated tree; change it the way the kernel would and
+	// tell the driver with Uevent.
+	Sim     *simnode.Node
+	uevents string
+	proc    *Process
+	args    []string
+	c       *Cluster
+}
+
+// StartFPGANode builds the driver, writes a simulated node of four
+// single-port DFL cards (ports of cards 1 and 3 carry simnode.DefaultAFUID,
+// of cards 2 and 4 simnode.SecondAFUID) with a sample bitstream repository,
+// and runs the driver until it has published its ResourceSlice.
+func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
+	n := &FPGANode{Dir: filepath.Join(c.Dir, "fpga"), c: c}
+	n.Bin = filepath.Join(n.Dir, "fpga-dra-driver")
+	n.Root = filepath.Join(n.Dir, "node")
+	n.uevents = filepath.Join(n.Dir, "uevents.sock")
+	build := exec.CommandContext(ctx, "go", "build", "-o", n.Bin, "./cmd/fpga-dra-driver")
+	build.Dir = c.cfg.Repo
+	if b, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build driver: %w\n%s", err, b)
+	}
+	sn, err := simnode.Write(n.Root, simnode.Options{Driver: discovery.DriverDFL, Cards: 4, PortsPerCard: 1})
+	if err != nil {
+		return nil, err
+	}
+	if sn.RegularFiles {
+		return nil, fmt.Errorf("this process cannot create character devices (mknod), which the container runtime needs: run as root")
+	}
+	n.Sim = sn
+	if _, err := program.WriteSimRepository(filepath.Join(n.Root, "srv/fpga/bitstreams"), simnode.DefaultInterfaceID,
+		[]string{simnode.SampleAFUID, simnode.DefaultAFUID, simnode.SecondAFUID}); err != nil {
+		return nil, err
+	}
+	n.args = []string{
+		"run",
+		"--kubeconfig", c.AdminKubeconfig,
+		"--node-name", c.NodeName,
+		"--root", n.Root,
+		"--registrar-dir", filepath.Join(c.KubeletRoot, "plugins_registry"),
+		"--plugin-dir", filepath.Join(c.KubeletRoot, "plugins", DriverName),
+		"--cdi-dir", c.CDIDir,
+		"--bitstream-dir", filepath.Join(n.Root, "srv/fpga/bitstreams"),
+		"--programmer", "sim", "--sim-program-delay", "1s",
+		"--uevent-source", "unix:" + n.uevents,
+		"--refresh-interval", "2s",
+		"-v", "4",
+	}
+	return n, n.Start(ctx)
+}
+
+// Start runs the driver and waits for its ResourceSlice.
+func (n *FPGANode) Start(ctx context.Context) error {
+	p, err := n.c.Start("fpga-dra-driver", n.Bin, n.args, nil)
+	if err != nil {
+		return err
+	}
+	n.proc = p
+	return n.c.waitFor(ctx, p, 60*time.Second, func() error {
+		list, err := n.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.c.NodeName})
+		if err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			if s.Spec.Driver == DriverName {
+				return nil
+			}
+		}
+		return fmt.Errorf("no ResourceSlice of %s yet", DriverName)
+	})
+}
+
+// Restart stops the driver (SIGTERM) and starts it again.
+func (n *FPGANode) Restart(ctx context.Context) error {
+	n.proc.Stop(20 * time.Second)
+	return n.Start(ctx)
+}
+
+// Uevent sends a kernel-format uevent about a sysfs path of the simulated
+// tree to the driver's uevent socket.
+func (n *FPGANode) Uevent(action, sysPath, subsystem string) error {
+	devpath := strings.TrimPrefix(sysPath, n.Root+"/sys")
+	msg := fmt.Sprintf("%s@%s\x00ACTION=%s\x00DEVPATH=%s\x00SUBSYSTEM=%s\x00", action, devpath, action, devpath, subsystem)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Sendto(fd, []byte(msg), 0, &unix.SockaddrUnix{Name: n.uevents}); err != nil {
+		return fmt.Errorf("send uevent: %w", err)
+	}
+	return nil
+}
