@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+func execute(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SilenceUsage = true
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func sampleBitstream(t *testing.T) string {
+	t.Helper()
+	paths, err := program.WriteSimRepository(t.TempDir(), simnode.DefaultInterfaceID, []string{simnode.SampleAFUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths[0]
+}
+
+func TestInfo(t *testing.T) {
+	path := sampleBitstream(t)
+	out, err := execute(t, newInfoCommand(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"INTERFACE ID", simnode.DefaultInterfaceID, simnode.SampleAFUID, "gbs", "SHA256"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = execute(t, newInfoCommand(), "-o", "json", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info bitstreamInfo
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("-o json is not JSON: %v\n%s", err, out)
+	}
+	if info.AFUID != simnode.SampleAFUID || len(info.SHA256) != 64 || info.PayloadBytes == 0 {
+		t.Fatalf("json %+v", info)
+	}
+	bad := filepath.Join(t.TempDir(), "x.gbs")
+	if err := os.WriteFile(bad, []byte("XeonFPGA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, newInfoCommand(), bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("info on a truncated file: %v", err)
+	}
+}
+
+func TestInstall(t *testing.T) {
+	src := sampleBitstream(t)
+	repo := t.TempDir()
+	out, err := execute(t, newInstallCommand(), "--bitstream-dir", repo, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(simnode.DefaultInterfaceID, simnode.SampleAFUID+".gbs")
+	if !strings.Contains(out, want) {
+		t.Fatalf("output does not name the installed file %s:\n%s", want, out)
+	}
+	if _, err := os.Stat(filepath.Join(repo, want)); err != nil {
+		t.Fatal(err)
+	}
+	// Another build of the same AFU: refused without --force.
+	other, err := program.SimPayload(simnode.SampleAFUID, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := program.WriteGBS(&b, program.NewGBSMetadata(simnode.DefaultInterfaceID, simnode.SampleAFUID, "rebuilt"), other); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := filepath.Join(t.TempDir(), "rebuilt.gbs")
+	if err := os.WriteFile(rebuilt, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, newInstallCommand(), "--bitstream-dir", repo, rebuilt); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("overwrite without --force: %v", err)
+	}
+	if _, err := execute(t, newInstallCommand(), "--bitstream-dir", repo, "--force", rebuilt); err != nil {
+		t.Fatalf("--force: %v", err)
+	}
+}
