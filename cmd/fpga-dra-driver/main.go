@@ -28,7 +28,7 @@ func newRootCommand() *cobra.Command {
 		RunE: run.RunE,
 	}
 	root.Flags().AddFlagSet(run.Flags())
-	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand())
+	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand())
 	return root
 }
 

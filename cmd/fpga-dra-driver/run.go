@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -33,6 +35,11 @@ type runFlags struct {
 	programmable                     bool
 	kubeAPIQPS                       float32
 	kubeAPIBurst                     int
+	// Mode selection and the legacy device-plugin endpoint.
+	mode, devicePluginMode           string
+	devicePluginsDir, resourceDomain string
+	controlSocket, hookPath          string
+	cdi                              bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -65,6 +72,13 @@ func newRunCommand() *cobra.Command {
 	fs.BoolVar(&f.programmable, "programmable", envOr("PROGRAMMABLE", "true") == "true", "allow partial reconfiguration on this node [$PROGRAMMABLE]")
 	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second; the helper reads every claim it prepares")
 	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
+	fs.StringVar(&f.mode, "mode", envOr("MODE", modeAuto), "API to serve: auto (DRA when the API server serves resource.k8s.io, else device-plugin), dra or device-plugin [$MODE]")
+	fs.StringVar(&f.devicePluginMode, "device-plugin-mode", envOr("DEVICE_PLUGIN_MODE", string(deviceplugin.ModeAF)), "device-plugin resources: af (one per loaded function, a device per port) or region (one per interface ID, a device per card, programmed for the container); the node annotation fpga.dra.dev/device-plugin-mode (or fpga.intel.com/device-plugin-mode) overrides it [$DEVICE_PLUGIN_MODE]")
+	fs.StringVar(&f.devicePluginsDir, "device-plugins-dir", envOr("DEVICE_PLUGINS_DIR", "/var/lib/kubelet/device-plugins"), "the kubelet's device-plugin directory (kubelet.sock) [$DEVICE_PLUGINS_DIR]")
+	fs.StringVar(&f.resourceDomain, "resource-domain", envOr("RESOURCE_DOMAIN", deviceplugin.DefaultDomain), "domain of the device-plugin resource names; fpga.intel.com keeps the Intel FPGA device plugin's names [$RESOURCE_DOMAIN]")
+	fs.BoolVar(&f.cdi, "cdi", envOr("CDI", "true") == "true", "device-plugin mode: also hand out CDI devices (and, in region mode, the programming hook) in Allocate [$CDI]")
+	fs.StringVar(&f.controlSocket, "control-socket", envOr("CONTROL_SOCKET", ""), "local control socket (programming hook, admin); <plugin-dir>/control.sock when empty [$CONTROL_SOCKET]")
+	fs.StringVar(&f.hookPath, "hook-path", envOr("HOOK_PATH", ""), "this program's path on the host, run by the container runtime as the region programming hook; this process's executable when empty [$HOOK_PATH]")
 	klogFlags := goflagSet()
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
@@ -82,14 +96,26 @@ func run(ctx context.Context, f runFlags) error {
 	if f.pluginDir == "" {
 		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
 	}
-	for _, dir := range []string{f.registrarDir, f.pluginDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
+	if f.controlSocket == "" {
+		f.controlSocket = defaultControlSocket(f.pluginDir)
 	}
 	client, err := kubeClient(f.kubeconfig, f.kubeAPIQPS, f.kubeAPIBurst)
 	if err != nil {
 		return err
+	}
+	mode, why, err := resolveMode(ctx, f.mode, client.Discovery())
+	if err != nil {
+		return err
+	}
+	logger.Info("Mode selected", "mode", mode, "reason", why)
+	dirs := []string{f.pluginDir, f.registrarDir}
+	if mode == modeDevicePlugin {
+		dirs = []string{f.pluginDir, f.devicePluginsDir}
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
 	}
 	scanner := &discovery.Scanner{Root: f.root, Force: force}
 	st, err := newState(ctx, f, client)
@@ -109,6 +135,48 @@ func run(ctx context.Context, f runFlags) error {
 		logger.Error(err, "Kernel uevents unavailable; hot-plug is seen through full rescans every refresh interval")
 		events = nil
 	}
+	var devices func() *discovery.Result
+	var refresh, stop func()
+	if mode == modeDevicePlugin {
+		p, err := startDevicePlugin(ctx, f, client, st.state, scanner, events)
+		if err != nil {
+			return err
+		}
+		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
+	} else {
+		d, err := startDRA(ctx, f, client, st, scanner, events)
+		if err != nil {
+			return err
+		}
+		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
+	}
+	ctl, err := control.Listen(ctx, f.controlSocket, &control.Node{
+		State:      st.state,
+		Devices:    devices,
+		MayProgram: deviceplugin.IsRegionHolder,
+		Refresh:    refresh,
+	})
+	if err != nil {
+		stop()
+		return err
+	}
+	ctlDone := make(chan error, 1)
+	go func() { ctlDone <- ctl.Serve(ctx) }()
+	logger.Info("Control socket ready", "socket", ctl.Path())
+	select {
+	case <-ctx.Done():
+	case err := <-ctlDone:
+		stop()
+		return err
+	}
+	logger.Info("Shutting down", "cause", context.Cause(ctx))
+	stop()
+	<-ctlDone
+	return nil
+}
+
+// startDRA starts the DRA kubelet plugin (the mode for clusters with DRA).
+func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, st *nodeState, scanner *discovery.Scanner, events *discovery.UeventSource) (*draplugin.Driver, error) {
 	d, err := draplugin.Start(ctx, draplugin.Config{
 		DriverName:      f.driverName,
 		NodeName:        f.nodeName,
@@ -119,16 +187,14 @@ func run(ctx context.Context, f runFlags) error {
 		Events:          events,
 		RefreshInterval: f.refreshInterval,
 		Programmable:    f.programmable,
-		Claims:          &draplugin.Claims{DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder},
+		Metrics:         st.metrics,
+		Claims:          &draplugin.Claims{DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder, Metrics: st.metrics},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st.driver.Store(d)
-	<-ctx.Done()
-	logger.Info("Shutting down", "cause", context.Cause(ctx))
-	d.Stop()
-	return nil
+	return d, nil
 }
 
 func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {

@@ -184,7 +184,9 @@ func (n *testNode) waitSlices(t testing.TB, ok func([]resourceapi.ResourceSlice)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok(list.Items) {
+		// Predicates may index the first slice: an empty list (between a
+		// delete and a create) never satisfies them.
+		if len(list.Items) > 0 && ok(list.Items) {
 			return list.Items
 		}
 		select {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -107,6 +108,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			c.Down()
 		}
 	}()
+	if err := os.WriteFile(filepath.Join(dir, "bin"), []byte(cfg.BinDir), 0o644); err != nil {
+		return nil, err
+	}
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
@@ -225,7 +229,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
-		"--allow-privileged", "true",
+		"--allow-privileged=true",
 		"--cert-dir", filepath.Join(c.Dir, "apiserver-certs"),
 	}, nil)
 	if err != nil {
@@ -492,10 +496,33 @@ func (c *Cluster) waitFor(ctx context.Context, p *Process, timeout time.Duration
 // runtime state. The run directory itself (logs) is kept.
 func (c *Cluster) Down() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
+		if c.procs[i].name == "containerd" {
+			killTasks(c.Dir)
+		}
 		c.procs[i].Stop(15 * time.Second)
 	}
 	_ = os.Remove(filepath.Join(c.Dir, "pids"))
 	cleanupHost(c.Dir)
+}
+
+// killTasks kills and deletes every container task of the run's containerd
+// (the kubelet is already stopped, so nothing restarts them); their shims
+// exit with them.
+func killTasks(dir string) {
+	bin, err := os.ReadFile(filepath.Join(dir, "bin"))
+	if err != nil {
+		return
+	}
+	ctr := filepath.Join(strings.TrimSpace(string(bin)), "ctr")
+	sock := filepath.Join(dir, "ctd", "containerd.sock")
+	out, err := exec.Command(ctr, "--address", sock, "-n", "k8s.io", "tasks", "ls", "-q").Output()
+	if err != nil {
+		return
+	}
+	for _, id := range strings.Fields(string(out)) {
+		_ = exec.Command(ctr, "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).Run()
+		_ = exec.Command(ctr, "--address", sock, "-n", "k8s.io", "tasks", "delete", "-f", id).Run()
+	}
 }
 
 // DownRecorded ends a detached cluster from another process: the process
@@ -508,6 +535,19 @@ func DownRecorded(dir string) error {
 
 // cleanupHost removes what the node of the run in dir left on the host.
 func cleanupHost(dir string) {
+	// Any process still naming the run directory (a shim whose task
+	// outlived containerd).
+	if procs, err := os.ReadDir("/proc"); err == nil {
+		for _, p := range procs {
+			pid, err := strconv.Atoi(p.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			if b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline")); err == nil && strings.Contains(string(b), dir+"/") {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
 	// Mounts below the run directory (kubelet volumes, containerd
 	// snapshots, netns), deepest first.
 	if b, err := os.ReadFile("/proc/self/mounts"); err == nil {

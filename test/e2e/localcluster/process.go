@@ -119,6 +119,9 @@ func StopRecorded(dir string, grace time.Duration) error {
 		if err != nil {
 			continue
 		}
+		if len(f) > 1 && f[1] == "containerd" {
+			killTasks(dir)
+		}
 		_ = syscall.Kill(-pid, syscall.SIGTERM)
 		deadline := time.Now().Add(grace)
 		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {

@@ -1,0 +1,138 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// Node is the daemon's Handler: it answers from the node's shared state
+// and the latest discovery result, and programs through
+// state.ProgramHeld, so the repository lookup, the interface check, the
+// per-port lock and the verification are the DRA path's.
+type Node struct {
+	State *state.State
+	// Devices returns the latest discovery result.
+	Devices func() *discovery.Result
+	// MayProgram says whether ports held by holder may be programmed over
+	// the socket; nil refuses every program request. The daemon allows the
+	// device-plugin endpoint's region-mode holders only: their container is
+	// about to start and the hook programs for it.
+	MayProgram func(holder types.UID) bool
+	// Refresh, when set, runs after a region was programmed, so discovery
+	// re-reads the new AFU ID.
+	Refresh func()
+}
+
+var _ Handler = &Node{}
+
+// Program implements Handler.
+func (n *Node) Program(ctx context.Context, req ProgramRequest) (ProgramResponse, error) {
+	ifID, err := discovery.CanonicalID(req.InterfaceID)
+	if err != nil {
+		return ProgramResponse{}, fmt.Errorf("%w: interfaceID: %v", ErrBadRequest, err)
+	}
+	afuID, err := discovery.CanonicalID(req.AFUID)
+	if err != nil {
+		return ProgramResponse{}, fmt.Errorf("%w: afuID: %v", ErrBadRequest, err)
+	}
+	if ifID == discovery.AllF || afuID == discovery.AllF {
+		return ProgramResponse{}, fmt.Errorf("%w: the all-f ID marks an unusable region or function", ErrBadRequest)
+	}
+	devs := n.Devices()
+	card, port, err := resolve(devs, req.Device)
+	if err != nil {
+		return ProgramResponse{}, err
+	}
+	name := port.DeviceName()
+	if card.InterfaceID != ifID {
+		// state.ProgramHeld checks this too; saying it first gives the
+		// clearer answer whoever holds the port.
+		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is in a region with interface ID %s, not %s: request the resource region-%s, or build the AFU for interface %s",
+			program.ErrInterfaceMismatch, port.Node.Path, name, card.InterfaceID, ifID, ifID, card.InterfaceID)
+	}
+	holder, held := n.State.Holders()[name]
+	switch {
+	case !held:
+		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is not allocated to any container: only a port the kubelet allocated in region mode can be programmed", ErrRefused, port.Node.Path, name)
+	case n.MayProgram == nil || !n.MayProgram(holder):
+		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is held by %s, which is not a region-mode device-plugin allocation: DRA claims are programmed from their FpgaConfig, af-mode ports keep the function they are advertised with", ErrRefused, port.Node.Path, name, holder)
+	}
+	p, err := n.State.ProgramHeld(ctx, holder, name, ifID, afuID, devs)
+	if p.Bitstream != "" && n.Refresh != nil {
+		n.Refresh()
+	}
+	if err != nil {
+		return ProgramResponse{}, err
+	}
+	return ProgramResponse{
+		Device:          name,
+		Node:            port.Node.Path,
+		AFUID:           afuID,
+		Programmed:      p.Bitstream != "",
+		Bitstream:       p.Bitstream,
+		DurationSeconds: p.Duration.Seconds(),
+	}, nil
+}
+
+// List implements Handler.
+func (n *Node) List(context.Context) (DeviceList, error) {
+	devs := n.Devices()
+	holders := n.State.Holders()
+	list := DeviceList{Devices: []Device{}}
+	if devs == nil {
+		return list, nil
+	}
+	for _, c := range devs.Cards {
+		for _, p := range c.Ports {
+			d := Device{
+				Name: p.DeviceName(), Node: p.Node.Path, Major: p.Node.Major, Minor: p.Node.Minor,
+				Card: c.PCIAddress, FME: c.FME.Name, PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
+				InterfaceID: c.InterfaceID, AFUID: p.AFUID,
+				Healthy: p.Health.Healthy, Health: p.Health.String(),
+			}
+			if uid, ok := holders[d.Name]; ok {
+				d.Holder = &Holder{UID: string(uid)}
+				if rec, ok := n.State.Claim(uid); ok {
+					d.Holder.Namespace, d.Holder.Name = rec.Namespace, rec.Name
+				}
+			}
+			list.Devices = append(list.Devices, d)
+		}
+	}
+	return list, nil
+}
+
+// resolve finds the port a request names (see ProgramRequest.Device).
+func resolve(devs *discovery.Result, name string) (*discovery.Card, *discovery.Port, error) {
+	if devs == nil {
+		return nil, nil, fmt.Errorf("%w: %q: no devices discovered yet", ErrUnknownDevice, name)
+	}
+	if name == "" {
+		return nil, nil, fmt.Errorf("%w: device is empty: name a port (e.g. /dev/dfl-port.0)", ErrBadRequest)
+	}
+	for _, c := range devs.Cards {
+		for _, p := range c.Ports {
+			if name == p.Node.Path || name == p.Node.Name || name == p.DeviceName() {
+				return c, p, nil
+			}
+		}
+		if name == c.FME.Name || name == c.FME.Path {
+			if len(c.Ports) != 1 {
+				ports := make([]string, len(c.Ports))
+				for i, p := range c.Ports {
+					ports[i] = p.Node.Path
+				}
+				return nil, nil, fmt.Errorf("%w: card %s (%s) has %d ports: name one of %s", ErrBadRequest, c.PCIAddress, name, len(c.Ports), strings.Join(ports, ", "))
+			}
+			return c, c.Ports[0], nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: no FPGA port or card %q on this node", ErrUnknownDevice, name)
+}

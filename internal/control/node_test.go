@@ -1,0 +1,267 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// newAFU is in the repository but loaded on no port.
+const newAFU = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+
+// Holders as the device-plugin endpoint names them; the test's MayProgram
+// allows the region one.
+const (
+	regionHolder types.UID = "deviceplugin-region-fpga-0000-01-00-0-p0"
+	afHolder     types.UID = "deviceplugin-af-fpga-0000-02-00-0-p0"
+	port0                  = "fpga-0000-01-00-0-p0"
+	port1                  = "fpga-0000-02-00-0-p0"
+)
+
+type testNode struct {
+	sim     *simnode.Node
+	state   *state.State
+	prog    *program.SimProgrammer
+	client  *control.Client
+	devices func() *discovery.Result
+}
+
+// startNode serves a Node over a socket: two simulated DFL cards with one
+// port each, a repository with one bitstream (the default interface,
+// newAFU), port 0 held for a region-mode holder and port 1 for an af-mode
+// one.
+func startNode(t *testing.T) *testNode {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repoDir := t.TempDir()
+	writeBitstream(t, filepath.Join(repoDir, "accel.gbs"), simnode.DefaultInterfaceID, newAFU)
+	repo, err := program.NewRepository(ctx, repoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := cdi.NewWriter("fpga.dra.dev", "port", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{sim: sim, prog: &program.SimProgrammer{}}
+	n.state, _, err = state.New(ctx, state.Config{
+		CheckpointPath: filepath.Join(t.TempDir(), "checkpoint.json"),
+		CDI:            writer,
+		Repository:     repo,
+		Programmer:     n.prog,
+		Programmable:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanner := &discovery.Scanner{Root: sim.Root}
+	n.devices = func() *discovery.Result {
+		res, err := scanner.Scan()
+		if err != nil {
+			t.Error(err)
+		}
+		return res
+	}
+	for _, h := range []struct {
+		uid    types.UID
+		device string
+	}{{regionHolder, port0}, {afHolder, port1}} {
+		holder := state.Holder{UID: h.uid, Namespace: "device-plugin", Name: "fpga.intel.com/some-resource"}
+		if _, err := n.state.Prepare(ctx, holder, []state.DeviceRequest{{Device: h.device}}, n.devices()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "control.sock")
+	srv, err := control.Listen(ctx, path, &control.Node{
+		State:      n.state,
+		Devices:    n.devices,
+		MayProgram: func(h types.UID) bool { return h == regionHolder },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	n.client = control.NewClient(path)
+	return n
+}
+
+func writeBitstream(t *testing.T, path, interfaceID, afuID string) {
+	t.Helper()
+	payload, err := program.SimPayload(afuID, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := program.WriteGBS(f, program.NewGBSMetadata(interfaceID, afuID, filepath.Base(path)), payload); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ctxTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestProgramRegionHolder: a port held in region mode is programmed from
+// the repository by IDs, and the hold's record carries the new AFU.
+func TestProgramRegionHolder(t *testing.T) {
+	n := startNode(t)
+	resp, err := n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
+	if err != nil {
+		t.Fatalf("Program: %v", err)
+	}
+	if !resp.Programmed || resp.Device != port0 || resp.Node != "/dev/dfl-port.0" || resp.AFUID != newAFU || filepath.Base(resp.Bitstream) != "accel.gbs" {
+		t.Errorf("Program = %+v", resp)
+	}
+	_, port, _ := n.devices().FindPort(port0)
+	if port.AFUID != newAFU {
+		t.Errorf("port 0 carries %s after programming, want %s", port.AFUID, newAFU)
+	}
+	rec, _ := n.state.Claim(regionHolder)
+	if rec.Devices[0].AFUID != newAFU || !rec.Devices[0].Programmed {
+		t.Errorf("holder's record %+v, want AFU %s programmed", rec.Devices[0], newAFU)
+	}
+	// Loaded already: nothing to do, by any of the port's names.
+	for _, name := range []string{"dfl-port.0", port0, "dfl-fme.0"} {
+		resp, err = n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: name, InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
+		if err != nil || resp.Programmed {
+			t.Errorf("Program(%s) again = %+v, %v; want nothing programmed", name, resp, err)
+		}
+	}
+	if got := n.prog.TotalCalls(); got != 1 {
+		t.Errorf("programmer called %d times, want 1", got)
+	}
+}
+
+// TestProgramRefused: what the daemon refuses, with the status the hook
+// reports, and never a call to the programmer.
+func TestProgramRefused(t *testing.T) {
+	n := startNode(t)
+	const otherIf = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name   string
+		req    control.ProgramRequest
+		status int
+	}{
+		{"mismatched interface", control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: otherIf, AFUID: newAFU}, http.StatusConflict},
+		{"af-mode holder", control.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU}, http.StatusForbidden},
+		{"unknown device", control.ProgramRequest{Device: "/dev/dfl-port.9", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU}, http.StatusNotFound},
+		{"bad AFU ID", control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: "../../etc/passwd"}, http.StatusBadRequest},
+		{"AFU not in the repository", control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: "00112233445566778899aabbccddeeff"}, http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := n.client.Program(ctxTimeout(t), tc.req)
+			var e *control.Error
+			if !errors.As(err, &e) || e.Status != tc.status {
+				t.Fatalf("Program = %v, want status %d", err, tc.status)
+			}
+			t.Logf("refusal: %v", e)
+		})
+	}
+	// A free port: release the af holder.
+	if err := n.state.Unprepare(context.Background(), afHolder); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: "dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
+	if e := (*control.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusForbidden {
+		t.Errorf("Program of a free port = %v, want 403", err)
+	}
+	if got := n.prog.TotalCalls(); got != 0 {
+		t.Errorf("programmer called %d times, want 0", got)
+	}
+}
+
+// TestList reports every port with health and holder.
+func TestList(t *testing.T) {
+	n := startNode(t)
+	if err := n.state.Unprepare(context.Background(), afHolder); err != nil {
+		t.Fatal(err)
+	}
+	list, err := n.client.List(ctxTimeout(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Devices) != 2 {
+		t.Fatalf("List = %+v, want 2 ports", list)
+	}
+	d0, d1 := list.Devices[0], list.Devices[1]
+	if d0.Name != port0 || d0.Node != "/dev/dfl-port.0" || d0.FME != "dfl-fme.0" || d0.Card != "0000:01:00.0" ||
+		d0.InterfaceID != simnode.DefaultInterfaceID || d0.AFUID != simnode.DefaultAFUID || !d0.Healthy ||
+		d0.Holder == nil || d0.Holder.UID != string(regionHolder) || d0.Holder.Namespace != "device-plugin" {
+		t.Errorf("port 0 = %+v (holder %+v)", d0, d0.Holder)
+	}
+	if d1.Name != port1 || d1.Holder != nil || d1.NUMANode != 1 {
+		t.Errorf("port 1 = %+v, want free on NUMA node 1", d1)
+	}
+}
+
+// TestSocketMode: the socket is root's only.
+func TestSocketMode(t *testing.T) {
+	dir, err := os.MkdirTemp("", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "control.sock")
+	// A stale socket from an earlier run is replaced.
+	if err := os.WriteFile(path, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	srv, err := control.Listen(ctx, path, &control.Node{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != control.SocketMode {
+		t.Errorf("socket mode %v, want a socket with %v", fi.Mode(), control.SocketMode)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := srv.Serve(ctx); err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("socket left behind after Serve: %v", err)
+	}
+}

@@ -1,0 +1,105 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// device is one device-plugin device: a port in af mode, a card with all
+// of its ports in region mode. Its ID is the kernel name the Intel plugin
+// used: the port node ("dfl-port.0") or the card's FME ("dfl-fme.0"). The
+// FME only names the device: a container gets the port nodes, never the
+// FME node.
+type device struct {
+	id    string
+	card  *discovery.Card
+	ports []*discovery.Port
+	// healthy and reason combine the ports' health and holds.
+	healthy bool
+	reason  string
+}
+
+// resource is one extended resource (the name without the domain) and its
+// devices, in discovery order.
+type resource struct {
+	name    string
+	devices []*device
+}
+
+// inventory groups a discovery result into the mode's resources. A port
+// held in holders by anyone but a legacy holder (a DRA claim from before
+// the node switched modes) is advertised unhealthy, so the kubelet does not
+// hand it out twice. Ports that cannot be named (no readable or an all-f
+// AFU ID in af mode) are left out and reported.
+func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (map[string]*resource, []error) {
+	out := map[string]*resource{}
+	var errs []error
+	add := func(name string, d *device) {
+		r := out[name]
+		if r == nil {
+			r = &resource{name: name}
+			out[name] = r
+		}
+		d.healthy, d.reason = health(d.ports, holders)
+		r.devices = append(r.devices, d)
+	}
+	for _, c := range res.Cards {
+		if len(c.Ports) == 0 {
+			continue
+		}
+		if mode == ModeRegion {
+			name, err := RegionResourceName(c.InterfaceID)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("card %s: %w", c.PCIAddress, err))
+				continue
+			}
+			add(name, &device{id: c.FME.Name, card: c, ports: c.Ports})
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.AFUID == "" || p.AFUID == discovery.AllF {
+				errs = append(errs, fmt.Errorf("port %s on card %s has no usable AFU ID (%s): it is in no af resource until it is reprogrammed", p.Node.Name, c.PCIAddress, p.Health))
+				continue
+			}
+			name, err := AFResourceName(c.InterfaceID, p.AFUID)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("port %s on card %s: %w", p.Node.Name, c.PCIAddress, err))
+				continue
+			}
+			add(name, &device{id: p.Node.Name, card: c, ports: []*discovery.Port{p}})
+		}
+	}
+	return out, errs
+}
+
+// health is healthy when every port is healthy and no DRA claim holds one.
+func health(ports []*discovery.Port, holders map[string]types.UID) (bool, string) {
+	var reasons []string
+	for _, p := range ports {
+		if !p.Health.Healthy {
+			reasons = append(reasons, p.Node.Name+": "+p.Health.String())
+		}
+		if h, ok := holders[p.DeviceName()]; ok && !IsLegacyHolder(h) {
+			reasons = append(reasons, fmt.Sprintf("%s: held by DRA claim %s", p.Node.Name, h))
+		}
+	}
+	return len(reasons) == 0, strings.Join(reasons, "; ")
+}
+
+// api is the device as ListAndWatch reports it, with the card's NUMA node
+// for the kubelet's topology manager.
+func (d *device) api() *pluginapi.Device {
+	out := &pluginapi.Device{ID: d.id, Health: pluginapi.Healthy}
+	if !d.healthy {
+		out.Health = pluginapi.Unhealthy
+	}
+	if d.card.NUMANode >= 0 {
+		out.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.card.NUMANode)}}}
+	}
+	return out
+}

@@ -1,0 +1,187 @@
+package deviceplugin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// KubeletSocket is the name of the kubelet's registration socket in the
+// device-plugin directory.
+const KubeletSocket = "kubelet.sock"
+
+// maxSocketPath is the longest unix socket path the kernel accepts
+// (sun_path is 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// fileID identifies one incarnation of a file: a socket that was deleted
+// and created again has a new one.
+// fileID tells two files at one path apart. The inode alone does not: a
+// socket the kubelet re-creates may get the inode its predecessor freed,
+// so the change time is part of the identity.
+type fileID struct {
+	dev, ino uint64
+	ctime    unix.Timespec
+}
+
+func statID(path string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim}, nil
+}
+
+// endpointName is the socket file name of a resource: "<domain>-<name>.sock",
+// or "<domain>-<sha256(name)[:16]>.sock" when the readable one would make
+// the path too long for a unix socket.
+func endpointName(dir, domain, name string) string {
+	n := domain + "-" + name + ".sock"
+	if len(filepath.Join(dir, n)) <= maxSocketPath {
+		return n
+	}
+	sum := sha256.Sum256([]byte(name))
+	return domain + "-" + hex.EncodeToString(sum[:8]) + ".sock"
+}
+
+// syncLoop keeps every resource served on its socket and registered with
+// the current kubelet. It runs on every device change, on every change in
+// the device-plugin directory (the kubelet deletes all sockets there when
+// it starts and then creates kubelet.sock anew) and every CheckInterval as
+// a backstop for missed events and failed registrations. It stops every
+// server when ctx ends.
+func (p *Plugin) syncLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	var fsEvents <-chan fsnotify.Event
+	var fsErrors <-chan error
+	if w, err := fsnotify.NewWatcher(); err != nil {
+		logger.Error(err, "Cannot watch the device-plugin directory; kubelet restarts are noticed by polling", "dir", p.cfg.Dir, "interval", p.cfg.CheckInterval)
+	} else {
+		defer w.Close()
+		if err := w.Add(p.cfg.Dir); err != nil {
+			logger.Error(err, "Cannot watch the device-plugin directory; kubelet restarts are noticed by polling", "dir", p.cfg.Dir, "interval", p.cfg.CheckInterval)
+		} else {
+			fsEvents, fsErrors = w.Events, w.Errors
+		}
+	}
+	ticker := time.NewTicker(p.cfg.CheckInterval)
+	defer ticker.Stop()
+	defer p.stopAll()
+	for {
+		p.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-ticker.C:
+		case ev := <-fsEvents:
+			logger.V(5).Info("Device-plugin directory changed", "event", ev)
+			if filepath.Base(ev.Name) == KubeletSocket && ev.Has(fsnotify.Create) {
+				// A new kubelet: whatever the file looks like, register again.
+				p.forgetRegistrations()
+			}
+		case err := <-fsErrors:
+			logger.V(2).Info("Watching the device-plugin directory", "err", err)
+		}
+	}
+}
+
+// sync retires servers of resources that went away, (re)creates missing
+// sockets, and registers every server the current kubelet has not seen.
+func (p *Plugin) sync(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	p.mu.Lock()
+	retired := p.retired
+	p.retired = nil
+	servers := make([]*resourceServer, 0, len(p.servers))
+	for _, r := range p.servers {
+		servers = append(servers, r)
+	}
+	p.mu.Unlock()
+
+	for _, r := range retired {
+		r.stopServing(filepath.Join(p.cfg.Dir, r.endpoint))
+		logger.Info("Stopped advertising resource: no device carries it any more", "resource", r.fullName)
+	}
+	kubelet, kerr := statID(filepath.Join(p.cfg.Dir, KubeletSocket))
+	for _, r := range servers {
+		path := filepath.Join(p.cfg.Dir, r.endpoint)
+		if id, err := statID(path); r.srv == nil || err != nil || id != r.socket {
+			if r.srv != nil {
+				logger.Info("Device-plugin socket was removed (kubelet restart?); serving it again", "resource", r.fullName, "socket", path)
+			}
+			if err := r.serve(path); err != nil {
+				logger.Error(err, "Cannot serve resource", "resource", r.fullName)
+				continue
+			}
+		}
+		if kerr != nil || r.registeredWith == kubelet {
+			continue
+		}
+		if err := p.register(ctx, r); err != nil {
+			logger.Error(err, "Registration with the kubelet failed; retrying when the kubelet socket changes or in a while", "resource", r.fullName, "retryIn", p.cfg.CheckInterval)
+			continue
+		}
+		r.registeredWith = kubelet
+		logger.Info("Registered with the kubelet", "resource", r.fullName, "socket", path)
+	}
+	if kerr != nil {
+		logger.V(2).Info("Kubelet registration socket is missing; registering once it appears", "path", filepath.Join(p.cfg.Dir, KubeletSocket))
+	}
+}
+
+// register announces a resource to the kubelet, which then dials the
+// resource's socket and calls ListAndWatch.
+func (p *Plugin) register(ctx context.Context, r *resourceServer) error {
+	path := filepath.Join(p.cfg.Dir, KubeletSocket)
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial kubelet at %s: %w", path, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RegisterTimeout)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     r.endpoint,
+		ResourceName: r.fullName,
+		Options:      options(),
+	})
+	if err != nil {
+		return fmt.Errorf("register resource %s with the kubelet at %s: %w", r.fullName, path, err)
+	}
+	return nil
+}
+
+// forgetRegistrations makes the next sync register every server again.
+func (p *Plugin) forgetRegistrations() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.servers {
+		r.registeredWith = fileID{}
+	}
+}
+
+// stopAll stops every server and removes its socket.
+func (p *Plugin) stopAll() {
+	p.mu.Lock()
+	servers := p.retired
+	p.retired = nil
+	for _, r := range p.servers {
+		servers = append(servers, r)
+	}
+	p.mu.Unlock()
+	for _, r := range servers {
+		r.stopServing(filepath.Join(p.cfg.Dir, r.endpoint))
+	}
+}
