@@ -28,7 +28,8 @@ func newRootCommand() *cobra.Command {
 		RunE: run.RunE,
 	}
 	root.Flags().AddFlagSet(run.Flags())
-	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand())
+	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand(),
+		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand())
 	return root
 }
 

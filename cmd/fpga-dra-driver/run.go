@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -40,6 +41,8 @@ type runFlags struct {
 	devicePluginsDir, resourceDomain string
 	controlSocket, hookPath          string
 	cdi                              bool
+	// Operations.
+	ueventSource, metricsAddress, livenessAddress, unhealthyEffect string
 }
 
 func newRunCommand() *cobra.Command {
@@ -79,6 +82,10 @@ func newRunCommand() *cobra.Command {
 	fs.BoolVar(&f.cdi, "cdi", envOr("CDI", "true") == "true", "device-plugin mode: also hand out CDI devices (and, in region mode, the programming hook) in Allocate [$CDI]")
 	fs.StringVar(&f.controlSocket, "control-socket", envOr("CONTROL_SOCKET", ""), "local control socket (programming hook, admin); <plugin-dir>/control.sock when empty [$CONTROL_SOCKET]")
 	fs.StringVar(&f.hookPath, "hook-path", envOr("HOOK_PATH", ""), "this program's path on the host, run by the container runtime as the region programming hook; this process's executable when empty [$HOOK_PATH]")
+	fs.StringVar(&f.ueventSource, "uevent-source", envOr("UEVENT_SOURCE", "netlink"), "where hot-plug uevents come from: netlink (the kernel), unix:PATH (a datagram socket a simulated node sends to) or none (full rescans every refresh interval) [$UEVENT_SOURCE]")
+	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ""), "serve Prometheus /metrics on this address (e.g. :9400); off when empty [$METRICS_ADDRESS]")
+	fs.StringVar(&f.livenessAddress, "liveness-address", envOr("LIVENESS_ADDRESS", ""), "serve the gRPC liveness probe (grpc.health.v1) on this address (e.g. :51515); off when empty [$LIVENESS_ADDRESS]")
+	fs.StringVar(&f.unhealthyEffect, "unhealthy-taint-effect", envOr("UNHEALTHY_TAINT_EFFECT", string(resourceapi.DeviceTaintEffectNoSchedule)), "effect of the taint on an unhealthy device: NoSchedule, or NoExecute to also evict its pods [$UNHEALTHY_TAINT_EFFECT]")
 	klogFlags := goflagSet()
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
@@ -130,10 +137,20 @@ func run(ctx context.Context, f runFlags) error {
 	if err := st.state.Restore(ctx, initial); err != nil {
 		logger.Error(err, "Restoring prepared claims was incomplete")
 	}
-	events, err := discovery.NewNetlinkUeventSource()
+	switch resourceapi.DeviceTaintEffect(f.unhealthyEffect) {
+	case resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
+	default:
+		return fmt.Errorf("--unhealthy-taint-effect %q: use NoSchedule or NoExecute", f.unhealthyEffect)
+	}
+	events, err := discovery.OpenUeventSource(f.ueventSource)
 	if err != nil {
-		logger.Error(err, "Kernel uevents unavailable; hot-plug is seen through full rescans every refresh interval")
+		logger.Error(err, "Uevents unavailable; hot-plug is seen through full rescans every refresh interval", "source", f.ueventSource)
 		events = nil
+	}
+	if f.metricsAddress != "" {
+		if err := serveMetrics(ctx, f.metricsAddress, st.metrics); err != nil {
+			return fmt.Errorf("--metrics-address: %w", err)
+		}
 	}
 	var devices func() *discovery.Result
 	var refresh, stop func()
@@ -149,6 +166,9 @@ func run(ctx context.Context, f runFlags) error {
 			return err
 		}
 		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
+		if f.livenessAddress != "" {
+			serveLiveness(ctx, f.livenessAddress, d)
+		}
 	}
 	ctl, err := control.Listen(ctx, f.controlSocket, &control.Node{
 		State:      st.state,
@@ -187,6 +207,7 @@ func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, st *
 		Events:          events,
 		RefreshInterval: f.refreshInterval,
 		Programmable:    f.programmable,
+		UnhealthyEffect: resourceapi.DeviceTaintEffect(f.unhealthyEffect),
 		Metrics:         st.metrics,
 		Claims:          &draplugin.Claims{DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder, Metrics: st.metrics},
 	})

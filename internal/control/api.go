@@ -30,6 +30,10 @@ type ProgramRequest struct {
 	// accepted and canonicalised).
 	InterfaceID string `json:"interfaceID"`
 	AFUID       string `json:"afuID"`
+	// Admin asks, for an administrator, to program a port nobody holds:
+	// the daemon holds it for the time of programming (refusing it while a
+	// claim or an allocation holds it) and releases it afterwards.
+	Admin bool `json:"admin,omitempty"`
 }
 
 // ProgramResponse says what was done.

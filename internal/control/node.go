@@ -2,11 +2,14 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -59,6 +62,10 @@ func (n *Node) Program(ctx context.Context, req ProgramRequest) (ProgramResponse
 	}
 	holder, held := n.State.Holders()[name]
 	switch {
+	case req.Admin && held:
+		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is held by %s: an administrator may program only a free port; wait until it is released", ErrRefused, port.Node.Path, name, n.holderName(holder))
+	case req.Admin:
+		return n.programFree(ctx, port, ifID, afuID, devs)
 	case !held:
 		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is not allocated to any container: only a port the kubelet allocated in region mode can be programmed", ErrRefused, port.Node.Path, name)
 	case n.MayProgram == nil || !n.MayProgram(holder):
@@ -135,4 +142,44 @@ func resolve(devs *discovery.Result, name string) (*discovery.Card, *discovery.P
 		}
 	}
 	return nil, nil, fmt.Errorf("%w: no FPGA port or card %q on this node", ErrUnknownDevice, name)
+}
+
+// holderName names a holder for messages: namespace/name (uid).
+func (n *Node) holderName(uid types.UID) string {
+	if rec, ok := n.State.Claim(uid); ok {
+		return fmt.Sprintf("%s/%s (%s)", rec.Namespace, rec.Name, uid)
+	}
+	return string(uid)
+}
+
+// programFree programs a free port for an administrator: it is prepared
+// for a transient admin holder through the same path as a claim (holds,
+// per-port lock, repository lookup, verification), then released.
+func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuID string, devs *discovery.Result) (ProgramResponse, error) {
+	name := port.DeviceName()
+	h := state.Holder{UID: types.UID("admin-program-" + name), Namespace: "admin", Name: "fpga-dra-driver-program"}
+	defer func() {
+		if err := n.State.Unprepare(context.WithoutCancel(ctx), h.UID); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing the port after admin programming failed", "device", name)
+		}
+	}()
+	req := []state.DeviceRequest{{Device: name, Config: &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: ifID, Programming: v1alpha1.ProgrammingIfNeeded}}}
+	for {
+		out, err := n.State.Prepare(ctx, h, req, devs)
+		if errors.Is(err, state.ErrInProgress) && ctx.Err() == nil {
+			continue // Prepare waited its bound; the job goes on
+		}
+		if len(out.Programmed) > 0 && n.Refresh != nil {
+			n.Refresh()
+		}
+		if err != nil {
+			return ProgramResponse{}, err
+		}
+		resp := ProgramResponse{Device: name, Node: port.Node.Path, AFUID: afuID}
+		if len(out.Programmed) > 0 {
+			p := out.Programmed[0]
+			resp.Programmed, resp.Bitstream, resp.DurationSeconds = true, p.Bitstream, p.Duration.Seconds()
+		}
+		return resp, nil
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,5 +264,33 @@ func TestSocketMode(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("socket left behind after Serve: %v", err)
+	}
+}
+
+// TestAdminProgram: an administrator programs a free port through the
+// daemon; a held port is refused; the port is free again afterwards.
+func TestAdminProgram(t *testing.T) {
+	n := startNode(t)
+	held := control.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU, Admin: true}
+	_, err := n.client.Program(ctxTimeout(t), held)
+	if e := (*control.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusForbidden || !strings.Contains(e.Message, string(afHolder)) {
+		t.Fatalf("admin Program of a held port = %v, want 403 naming the holder", err)
+	}
+	if err := n.state.Unprepare(context.Background(), afHolder); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.client.Program(ctxTimeout(t), held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Programmed || resp.AFUID != newAFU || resp.Device != port1 {
+		t.Fatalf("admin Program = %+v", resp)
+	}
+	b, err := os.ReadFile(filepath.Join(n.sim.Cards[1].Ports[0].SysfsPath, "afu_id"))
+	if err != nil || strings.TrimSpace(string(b)) != newAFU {
+		t.Fatalf("afu_id %q (%v), want %s", b, err, newAFU)
+	}
+	if _, ok := n.state.Holders()[port1]; ok {
+		t.Fatal("the port stays held after admin programming")
 	}
 }

@@ -112,3 +112,35 @@ func (s *UeventSource) Read() (Uevent, error) {
 
 // Close unblocks Read and releases the socket.
 func (s *UeventSource) Close() error { return s.f.Close() }
+
+// ListenUnixUeventSource binds a unix datagram socket at path and reads
+// kernel-format uevents sent to it: how a simulated node reports hot-plug
+// (the kernel never sends uevents about a simulated tree). A stale socket
+// file at path is replaced.
+func ListenUnixUeventSource(path string) (*UeventSource, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("uevent socket %s: %w", path, err)
+	}
+	_ = os.Remove(path)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("bind uevent socket %s: %w", path, err)
+	}
+	return NewUeventSourceFD(fd)
+}
+
+// OpenUeventSource opens the source a --uevent-source flag names:
+// "netlink" (the kernel), "unix:PATH" (a datagram socket, for simulated
+// nodes) or "none".
+func OpenUeventSource(spec string) (*UeventSource, error) {
+	switch {
+	case spec == "netlink" || spec == "":
+		return NewNetlinkUeventSource()
+	case spec == "none":
+		return nil, nil
+	case strings.HasPrefix(spec, "unix:") && len(spec) > len("unix:"):
+		return ListenUnixUeventSource(strings.TrimPrefix(spec, "unix:"))
+	}
+	return nil, fmt.Errorf("uevent source %q is not netlink, unix:PATH or none", spec)
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// adminFlags locate the daemon, or what it would use when it is down.
+type adminFlags struct {
+	driverName, pluginDir, controlSocket string
+	root, kernelDriver, output           string
+}
+
+func (f *adminFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name [$DRIVER_NAME]")
+	fs.StringVar(&f.pluginDir, "plugin-dir", envOr("PLUGIN_DIR", ""), "the daemon's plugin data directory; /var/lib/kubelet/plugins/<driver-name> when empty [$PLUGIN_DIR]")
+	fs.StringVar(&f.controlSocket, "control-socket", envOr("CONTROL_SOCKET", ""), "the daemon's control socket; <plugin-dir>/control.sock when empty [$CONTROL_SOCKET]")
+	fs.StringVar(&f.root, "root", envOr("FPGA_ROOT", "/"), "directory holding sys/ and dev/, used when the daemon is not running [$FPGA_ROOT]")
+	fs.StringVar(&f.kernelDriver, "kernel-driver", envOr("KERNEL_DRIVER", "auto"), "auto, dfl or opae, used when the daemon is not running [$KERNEL_DRIVER]")
+	fs.StringVarP(&f.output, "output", "o", "table", "table or json")
+}
+
+func (f *adminFlags) complete() {
+	if f.pluginDir == "" {
+		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
+	}
+	if f.controlSocket == "" {
+		f.controlSocket = defaultControlSocket(f.pluginDir)
+	}
+}
+
+// daemon returns a client when the daemon answers on its control socket,
+// nil when nothing listens there.
+func (f *adminFlags) daemon() *control.Client {
+	conn, err := net.DialTimeout("unix", f.controlSocket, 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
+	return control.NewClient(f.controlSocket)
+}
+
+// offline reads the node as the daemon would: discovery below --root and
+// the holds in the daemon's checkpoint (read only).
+func (f *adminFlags) offline() (*discovery.Result, map[string]*state.ClaimRecord, error) {
+	force, err := discovery.ParseKernelDriver(f.kernelDriver)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kernel-driver: %w", err)
+	}
+	res, err := (&discovery.Scanner{Root: f.root, Force: force}).Scan()
+	if err != nil {
+		return nil, nil, err
+	}
+	holders := map[string]*state.ClaimRecord{}
+	b, err := os.ReadFile(filepath.Join(f.pluginDir, "checkpoint.json"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, nil, err
+	default:
+		cp, err := state.DecodeCheckpoint(b)
+		if cp == nil {
+			return nil, nil, fmt.Errorf("the daemon's checkpoint cannot be read, so holds are unknown: %w", err)
+		}
+		for _, rec := range cp.Claims {
+			for _, d := range rec.Devices {
+				holders[d.Device] = rec
+			}
+		}
+	}
+	return res, holders, nil
+}
+
+func newListCommand() *cobra.Command {
+	var f adminFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the node's FPGA ports: IDs, health, and which claim holds each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.complete()
+			var list control.DeviceList
+			if c := f.daemon(); c != nil {
+				var err error
+				if list, err = c.List(cmd.Context()); err != nil {
+					return err
+				}
+			} else {
+				res, holders, err := f.offline()
+				if err != nil {
+					return err
+				}
+				list = offlineList(res, holders)
+			}
+			rows := [][]string{{"DEVICE", "NODE", "PCI", "NUMA", "INTERFACE ID", "AFU ID", "HEALTH", "HELD BY"}}
+			for _, d := range list.Devices {
+				held := "-"
+				if d.Holder != nil {
+					held = fmt.Sprintf("%s/%s", d.Holder.Namespace, d.Holder.Name)
+				}
+				rows = append(rows, []string{d.Name, d.Node, d.PCIAddress, fmt.Sprint(d.NUMANode), d.InterfaceID, orDash(d.AFUID), d.Health, held})
+			}
+			return printOutput(cmd.OutOrStdout(), f.output, list, rows)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func offlineList(res *discovery.Result, holders map[string]*state.ClaimRecord) control.DeviceList {
+	list := control.DeviceList{Devices: []control.Device{}}
+	for _, c := range res.Cards {
+		for _, p := range c.Ports {
+			d := control.Device{
+				Name: p.DeviceName(), Node: p.Node.Path, Major: p.Node.Major, Minor: p.Node.Minor,
+				Card: c.PCIAddress, FME: c.FME.Name, PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
+				InterfaceID: c.InterfaceID, AFUID: p.AFUID, Healthy: p.Health.Healthy, Health: p.Health.String(),
+			}
+			if rec := holders[d.Name]; rec != nil {
+				d.Holder = &control.Holder{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
+			}
+			list.Devices = append(list.Devices, d)
+		}
+	}
+	return list
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newProgramCommand() *cobra.Command {
+	var (
+		f                      adminFlags
+		port, file, repo, kind string
+		timeout                time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "program --port PORT --bitstream FILE",
+		Short: "Program a free port with a bitstream (through the running daemon, so its locks and checks hold)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.complete()
+			if port == "" || file == "" {
+				return errors.New("--port and --bitstream are required: e.g. --port /dev/dfl-port.0 --bitstream accel.gbs")
+			}
+			// The daemon only loads from its repository: put the file there
+			// (under its IDs; an identical copy is fine).
+			bs, err := program.Install(repo, file, false)
+			if err != nil {
+				return fmt.Errorf("put %s into the repository %s: %w", file, repo, err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			var resp control.ProgramResponse
+			if c := f.daemon(); c != nil {
+				resp, err = c.Program(ctx, control.ProgramRequest{Device: port, InterfaceID: bs.InterfaceID, AFUID: bs.AFUID, Admin: true})
+			} else {
+				resp, err = f.programOffline(ctx, port, bs, kind)
+			}
+			if err != nil {
+				return err
+			}
+			rows := [][]string{{"DEVICE", resp.Device}, {"NODE", resp.Node}, {"AFU ID", resp.AFUID},
+				{"PROGRAMMED", fmt.Sprint(resp.Programmed)}, {"BITSTREAM", orDash(resp.Bitstream)},
+				{"SECONDS", fmt.Sprintf("%.3f", resp.DurationSeconds)}}
+			return printOutput(cmd.OutOrStdout(), f.output, resp, rows)
+		},
+	}
+	f.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&port, "port", "", "the port: /dev/dfl-port.0, dfl-port.0 or its DRA device name")
+	fs.StringVar(&file, "bitstream", "", "a GBS or AOCX file; it is installed into the repository first")
+	fs.StringVar(&repo, "bitstream-dir", envOr("BITSTREAM_DIR", program.DefaultRepositoryDir), "the daemon's bitstream repository [$BITSTREAM_DIR]")
+	fs.StringVar(&kind, "programmer", envOr("PROGRAMMER", program.KindAuto), "backend when the daemon is not running: auto, dfl, opae or sim [$PROGRAMMER]")
+	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
+	return cmd
+}
+
+// programOffline programs a port without the daemon, refusing a port its
+// checkpoint says is held.
+func (f *adminFlags) programOffline(ctx context.Context, name string, bs *program.Bitstream, kind string) (control.ProgramResponse, error) {
+	res, holders, err := f.offline()
+	if err != nil {
+		return control.ProgramResponse{}, err
+	}
+	for _, c := range res.Cards {
+		for _, p := range c.Ports {
+			if name != p.Node.Path && name != p.Node.Name && name != p.DeviceName() {
+				continue
+			}
+			if rec := holders[p.DeviceName()]; rec != nil {
+				return control.ProgramResponse{}, fmt.Errorf("port %s is held by %s/%s (%s): an administrator may program only a free port", p.Node.Path, rec.Namespace, rec.Name, rec.UID)
+			}
+			prog, err := program.NewProgrammer(kind)
+			if err != nil {
+				return control.ProgramResponse{}, fmt.Errorf("--programmer: %w", err)
+			}
+			r, err := program.Load(ctx, prog, c, p, bs, program.LoadOptions{})
+			if err != nil {
+				return control.ProgramResponse{}, err
+			}
+			return control.ProgramResponse{Device: p.DeviceName(), Node: p.Node.Path, AFUID: r.AFUID, Programmed: true, Bitstream: r.Path, DurationSeconds: r.TotalDuration.Seconds()}, nil
+		}
+	}
+	return control.ProgramResponse{}, fmt.Errorf("no FPGA port %q below %s: `fpga-dra-driver list` shows the ports", name, f.root)
+}
