@@ -154,6 +154,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	var devices func() *discovery.Result
 	var refresh, stop func()
+	var registered func() bool
 	if mode == modeDevicePlugin {
 		p, err := startDevicePlugin(ctx, f, client, st.state, scanner, events)
 		if err != nil {
@@ -166,6 +167,10 @@ func run(ctx context.Context, f runFlags) error {
 			return err
 		}
 		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
+		registered = func() bool {
+			st := d.Helper().RegistrationStatus()
+			return st != nil && st.PluginRegistered
+		}
 		if f.livenessAddress != "" {
 			serveLiveness(ctx, f.livenessAddress, d)
 		}
@@ -175,6 +180,8 @@ func run(ctx context.Context, f runFlags) error {
 		Devices:    devices,
 		MayProgram: deviceplugin.IsRegionHolder,
 		Refresh:    refresh,
+		Mode:       mode,
+		Registered: registered,
 	})
 	if err != nil {
 		stop()

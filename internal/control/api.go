@@ -50,9 +50,14 @@ type ProgramResponse struct {
 	DurationSeconds float64 `json:"durationSeconds,omitempty"`
 }
 
-// DeviceList is every port of the node.
+// DeviceList is every port of the node, and the daemon's own state.
 type DeviceList struct {
-	Devices []Device `json:"devices"`
+	// Mode is the API the daemon serves: "dra" or "device-plugin".
+	Mode string `json:"mode,omitempty"`
+	// Registered is true once the kubelet accepted the daemon's
+	// registration (DRA mode); absent when unknown.
+	Registered *bool    `json:"registered,omitempty"`
+	Devices    []Device `json:"devices"`
 }
 
 // Device is one port as the daemon sees it.

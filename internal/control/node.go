@@ -31,6 +31,9 @@ type Node struct {
 	// Refresh, when set, runs after a region was programmed, so discovery
 	// re-reads the new AFU ID.
 	Refresh func()
+	// Mode and Registered report the daemon's state in List.
+	Mode       string
+	Registered func() bool
 }
 
 var _ Handler = &Node{}
@@ -92,7 +95,11 @@ func (n *Node) Program(ctx context.Context, req ProgramRequest) (ProgramResponse
 func (n *Node) List(context.Context) (DeviceList, error) {
 	devs := n.Devices()
 	holders := n.State.Holders()
-	list := DeviceList{Devices: []Device{}}
+	list := DeviceList{Mode: n.Mode, Devices: []Device{}}
+	if n.Registered != nil {
+		r := n.Registered()
+		list.Registered = &r
+	}
 	if devs == nil {
 		return list, nil
 	}

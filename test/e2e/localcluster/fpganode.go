@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -75,13 +76,27 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 	return n, n.Start(ctx)
 }
 
-// Start runs the driver and waits for its ResourceSlice.
+// Start runs the driver and waits until the kubelet registered it and its
+// ResourceSlice is published.
 func (n *FPGANode) Start(ctx context.Context) error {
 	p, err := n.c.Start("fpga-dra-driver", n.Bin, n.args, nil)
 	if err != nil {
 		return err
 	}
 	n.proc = p
+	ctl := control.NewClient(filepath.Join(n.c.KubeletRoot, "plugins", DriverName, "control.sock"))
+	if err := n.c.waitFor(ctx, p, 60*time.Second, func() error {
+		list, err := ctl.List(ctx)
+		if err != nil {
+			return err
+		}
+		if list.Registered == nil || !*list.Registered {
+			return fmt.Errorf("the kubelet has not registered the driver yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	return n.c.waitFor(ctx, p, 60*time.Second, func() error {
 		list, err := n.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.c.NodeName})
 		if err != nil {
