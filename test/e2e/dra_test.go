@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -373,3 +374,78 @@ func Test6UnderstandableFailures(t *testing.T) {
 		}
 	}
 }
+
+// waitNoPods waits until the e2e namespaces hold no pods, so that every
+// claim was unprepared by the DRA driver before it goes away.
+func waitNoPods(t *testing.T) {
+	t.Helper()
+	eventually(t, "e2e pods gone", 120*time.Second, func() bool {
+		pods, err := cluster.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Namespace, "e2e-") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Test7DevicePluginMode runs the same node in legacy device-plugin mode: a
+// pod asking for the af resource by its Intel-compatible name runs and sees
+// exactly its port. The driver returns to DRA mode afterwards.
+func Test7DevicePluginMode(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	waitNoPods(t)
+	// fpga.dra.dev/af-<if[:3]>.<afu[:3]>.<base64url(if+afu)> for DefaultAFUID.
+	const resource = driverName + "/af-695.d84.aVKNtusxV3qMNmj5-qCB9thCTcSko8QT-J5DNoP5BAs"
+	node.Stop()
+	if err := node.StartDevicePlugin(ctx, resource); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		node.Stop()
+		if err := node.Start(context.Background()); err != nil {
+			t.Errorf("back to DRA mode: %v", err)
+		}
+	})
+	ns := namespace(t, "e2e-legacy")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "probe", Image: localcluster.ProbeImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(resource): resourceQuantity(1)}},
+			}},
+		},
+	}
+	if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := cluster.WaitPodRunning(ctx, ns, "legacy", 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := cluster.ReadProbe(ctx, running, "probe", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := fpgaDevices(view)
+	if len(devs) != 1 || !strings.HasPrefix(devs[0], "/dev/dfl-port.") {
+		t.Fatalf("container sees FPGA nodes %v, want exactly one port", devs)
+	}
+	if view.Env["FPGA_AFU_IDS"] != simnode.DefaultAFUID || view.Env["FPGA_PORTS"] != devs[0] {
+		t.Fatalf("env %v, want the port %s carrying %s", view.Env, devs[0], simnode.DefaultAFUID)
+	}
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, "legacy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNoPods(t)
+}
+
+func resourceQuantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
@@ -76,10 +77,10 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 	return n, n.Start(ctx)
 }
 
-// Start runs the driver and waits until the kubelet registered it and its
-// ResourceSlice is published.
+// Start runs the driver in DRA mode and waits until the kubelet registered
+// it and its ResourceSlice is published.
 func (n *FPGANode) Start(ctx context.Context) error {
-	p, err := n.c.Start("fpga-dra-driver", n.Bin, n.args, nil)
+	p, err := n.c.Start("fpga-dra-driver", n.Bin, append(n.args, "--mode=dra"), nil)
 	if err != nil {
 		return err
 	}
@@ -110,6 +111,33 @@ func (n *FPGANode) Start(ctx context.Context) error {
 		return fmt.Errorf("no ResourceSlice of %s yet", DriverName)
 	})
 }
+
+// DevicePluginsDir is where every kubelet serves its device-plugin
+// registration socket, whatever its --root-dir.
+const DevicePluginsDir = "/var/lib/kubelet/device-plugins"
+
+// StartDevicePlugin runs the driver in legacy device-plugin mode and waits
+// until the node advertises resource (e.g. "fpga.dra.dev/af-695.d84...").
+func (n *FPGANode) StartDevicePlugin(ctx context.Context, resource string) error {
+	p, err := n.c.Start("fpga-dra-driver", n.Bin, append(n.args, "--mode=device-plugin", "--device-plugins-dir", DevicePluginsDir), nil)
+	if err != nil {
+		return err
+	}
+	n.proc = p
+	return n.c.waitFor(ctx, p, 60*time.Second, func() error {
+		node, err := n.c.Client.CoreV1().Nodes().Get(ctx, n.c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if q, ok := node.Status.Allocatable[corev1.ResourceName(resource)]; ok && !q.IsZero() {
+			return nil
+		}
+		return fmt.Errorf("node does not advertise %s yet", resource)
+	})
+}
+
+// Stop ends the driver (SIGTERM).
+func (n *FPGANode) Stop() { n.proc.Stop(20 * time.Second) }
 
 // Restart stops the driver (SIGTERM) and starts it again.
 func (n *FPGANode) Restart(ctx context.Context) error {
