@@ -66,7 +66,7 @@ func startPreparingNode(t testing.TB, o preparingOptions) *preparingNode {
 		pn.repoDir, pn.cdiDir = o.restart.repoDir, o.restart.cdiDir
 		pn.uid.Store(o.restart.uid.Load())
 	} else {
-		pn.repoDir, pn.cdiDir = t.TempDir(), t.TempDir()
+		pn.repoDir, pn.cdiDir = t.TempDir(), cdiTempDir(t)
 		writeBitstream(t, pn.repoDir, "accel.gbs", simnode.DefaultInterfaceID, NewAFU)
 		writeBitstream(t, pn.repoDir, "second.gbs", simnode.DefaultInterfaceID, simnode.SecondAFUID)
 	}
@@ -245,4 +245,19 @@ func afuOf(s []resourceapi.ResourceSlice, device string) string {
 		}
 	}
 	return ""
+}
+
+// cdiTempDir is a CDI spec directory on a tmpfs when the machine has one,
+// as /var/run/cdi is on a node; the checkpoint stays on disk.
+func cdiTempDir(t testing.TB) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "fdra-cdi-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
