@@ -31,12 +31,24 @@ func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()
 }
 
-// addKnownTypes registers the kinds of this version. Kinds served as
-// custom resources are added here next to FpgaConfig.
+// addKnownTypes registers the kinds of this version: FpgaConfig (opaque
+// device configuration, never stored) and the custom resources.
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&FpgaConfig{},
+		&AcceleratorFunction{},
+		&AcceleratorFunctionList{},
+		&FpgaRegion{},
+		&FpgaRegionList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }
+
+// The custom resources of this version, as the API server serves them.
+var (
+	// AcceleratorFunctionsResource is the resource of AcceleratorFunction.
+	AcceleratorFunctionsResource = SchemeGroupVersion.WithResource("acceleratorfunctions")
+	// FpgaRegionsResource is the resource of FpgaRegion.
+	FpgaRegionsResource = SchemeGroupVersion.WithResource("fpgaregions")
+)

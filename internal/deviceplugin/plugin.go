@@ -127,31 +127,21 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		kick:    make(chan struct{}, 1),
 		servers: map[string]*resourceServer{},
 	}
-	first := make(chan struct{})
-	var firstOnce sync.Once
 	p.watcher = &discovery.Watcher{
 		Scanner:  cfg.Scanner,
 		Interval: cfg.RefreshInterval,
 		Events:   cfg.Events,
-		OnChange: func(ctx context.Context, res *discovery.Result) {
-			p.onDevicesChanged(ctx, res)
-			firstOnce.Do(func() { close(first) })
-		},
+		OnChange: p.onDevicesChanged,
 	}
-	watchErr := make(chan error, 1)
+	watchDone, err := p.watcher.Start(ctx)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		watchErr <- p.watcher.Run(ctx)
+		<-watchDone
 	}()
-	select {
-	case <-first:
-	case err := <-watchErr:
+	if err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("discover devices: %w", err)
-	case <-ctx.Done():
-		p.Stop()
-		return nil, context.Cause(ctx)
 	}
 	p.wg.Add(1)
 	go func() {

@@ -77,11 +77,20 @@ func (p *Plugin) syncLoop(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.CheckInterval)
 	defer ticker.Stop()
 	defer p.stopAll()
+	// A registration can fail for a moment (kubelet.sock exists from bind()
+	// before the kubelet listens on it): retry soon, backing off.
+	backoff := minRetry
+	var retry <-chan time.Time
 	for {
-		p.sync(ctx)
+		if p.sync(ctx) {
+			retry, backoff = time.After(backoff), min(2*backoff, p.cfg.CheckInterval)
+		} else {
+			retry, backoff = nil, minRetry
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-retry:
 		case <-p.kick:
 		case <-ticker.C:
 		case ev := <-fsEvents:
@@ -96,9 +105,13 @@ func (p *Plugin) syncLoop(ctx context.Context) {
 	}
 }
 
+// minRetry is the first pause before a failed registration is retried.
+const minRetry = 100 * time.Millisecond
+
 // sync retires servers of resources that went away, (re)creates missing
 // sockets, and registers every server the current kubelet has not seen.
-func (p *Plugin) sync(ctx context.Context) {
+// It reports whether a registration failed and should be retried.
+func (p *Plugin) sync(ctx context.Context) (retry bool) {
 	logger := klog.FromContext(ctx)
 	p.mu.Lock()
 	retired := p.retired
@@ -129,7 +142,10 @@ func (p *Plugin) sync(ctx context.Context) {
 			continue
 		}
 		if err := p.register(ctx, r); err != nil {
-			logger.Error(err, "Registration with the kubelet failed; retrying when the kubelet socket changes or in a while", "resource", r.fullName, "retryIn", p.cfg.CheckInterval)
+			if ctx.Err() == nil {
+				logger.Error(err, "Registration with the kubelet failed; retrying", "resource", r.fullName)
+				retry = true
+			}
 			continue
 		}
 		r.registeredWith = kubelet
@@ -138,6 +154,7 @@ func (p *Plugin) sync(ctx context.Context) {
 	if kerr != nil {
 		logger.V(2).Info("Kubelet registration socket is missing; registering once it appears", "path", filepath.Join(p.cfg.Dir, KubeletSocket))
 	}
+	return retry
 }
 
 // register announces a resource to the kubelet, which then dials the

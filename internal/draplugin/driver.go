@@ -90,13 +90,6 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		Events:   cfg.Events,
 		OnChange: d.onDevicesChanged,
 	}
-	first := make(chan struct{})
-	var firstOnce sync.Once
-	onChange := d.watcher.OnChange
-	d.watcher.OnChange = func(ctx context.Context, res *discovery.Result) {
-		onChange(ctx, res)
-		firstOnce.Do(func() { close(first) })
-	}
 
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(cfg.DriverName),
@@ -114,20 +107,15 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.helper = helper
 
-	watchErr := make(chan error, 1)
+	watchDone, err := d.watcher.Start(ctx)
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		watchErr <- d.watcher.Run(ctx)
+		<-watchDone
 	}()
-	select {
-	case <-first:
-	case err := <-watchErr:
+	if err != nil {
 		d.Stop()
 		return nil, fmt.Errorf("discover devices: %w", err)
-	case <-ctx.Done():
-		d.Stop()
-		return nil, context.Cause(ctx)
 	}
 	logger.Info("FPGA DRA driver started", "driver", cfg.DriverName, "node", cfg.NodeName, "kernelDriver", d.Devices().Driver, "devices", len(d.Devices().Ports()))
 	return d, nil

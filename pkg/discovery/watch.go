@@ -195,3 +195,32 @@ func SameResult(a, b *Result) bool {
 	}
 	return reflect.DeepEqual(a.Cards, b.Cards)
 }
+
+// Start runs the watcher in the background until ctx ends and returns once
+// the first scan was handed to OnChange, or with the first scan's error.
+// The returned channel is closed when the watcher has stopped.
+func (w *Watcher) Start(ctx context.Context) (<-chan struct{}, error) {
+	first := make(chan struct{})
+	var once sync.Once
+	onChange := w.OnChange
+	w.OnChange = func(ctx context.Context, res *Result) {
+		if onChange != nil {
+			onChange(ctx, res)
+		}
+		once.Do(func() { close(first) })
+	}
+	done := make(chan struct{})
+	runErr := make(chan error, 1)
+	go func() {
+		defer close(done)
+		runErr <- w.Run(ctx)
+	}()
+	select {
+	case <-first:
+		return done, nil
+	case err := <-runErr:
+		return done, err
+	case <-ctx.Done():
+		return done, context.Cause(ctx)
+	}
+}

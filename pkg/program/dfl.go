@@ -23,21 +23,12 @@ func (d *dflProgrammer) Name() string { return string(discovery.DriverDFL) }
 // multiple of 4), holding the card's FME lock. ctx bounds the wait for the
 // lock only: the ioctl itself cannot be interrupted.
 func (d *dflProgrammer) Program(ctx context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
-	payload, portID, err := prArgs(card, port, payload)
-	if err != nil {
-		return err
-	}
-	unlock, err := d.locks.lock(ctx, card.FME.HostPath)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	fd, err := openFME(card)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
+	return d.locks.withFME(ctx, card, port, payload, func(fd int, portID uint32, payload []byte) error {
+		return dflPortPR(fd, card, portID, payload)
+	})
+}
 
+func dflPortPR(fd int, card *discovery.Card, portID uint32, payload []byte) error {
 	v, err := unix.IoctlRetInt(fd, uint(dflGetAPIVersion))
 	if err != nil {
 		return fmt.Errorf("%w: DFL_FPGA_GET_API_VERSION on FME %s: %w: it is not a DFL FME node (is --programmer right for this kernel driver?)", ErrProgramFailed, card.FME.HostPath, err)

@@ -210,3 +210,24 @@ func prError(driver, request string, card *discovery.Card, portID, bufferSize ui
 	}
 	return fmt.Errorf("%w: %s on FME %s, port %d: %w", ErrProgramFailed, request, fme, portID, errno)
 }
+
+// withFME runs a backend's PR ioctl: it checks and pads the arguments,
+// takes the card's FME lock (as long as ctx allows), opens the FME node
+// O_RDWR and hands do the descriptor, the port id and the padded payload.
+func (l *fmeLocks) withFME(ctx context.Context, card *discovery.Card, port *discovery.Port, payload []byte, do func(fd int, portID uint32, payload []byte) error) error {
+	payload, portID, err := prArgs(card, port, payload)
+	if err != nil {
+		return err
+	}
+	unlock, err := l.lock(ctx, card.FME.HostPath)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	fd, err := openFME(card)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return do(fd, portID, payload)
+}

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -24,28 +22,19 @@ func (o *opaeProgrammer) Name() string { return string(discovery.DriverOPAE) }
 // hardware status bitmask the driver returns. ctx bounds the wait for the
 // lock only: the ioctl itself cannot be interrupted.
 func (o *opaeProgrammer) Program(ctx context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
-	payload, portID, err := prArgs(card, port, payload)
-	if err != nil {
-		return err
-	}
-	unlock, err := o.locks.lock(ctx, card.FME.HostPath)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	fd, err := openFME(card)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
+	return o.locks.withFME(ctx, card, port, payload, func(fd int, portID uint32, payload []byte) error {
+		return opaePortPR(fd, card, portID, payload)
+	})
+}
 
+func opaePortPR(fd int, card *discovery.Card, portID uint32, payload []byte) error {
 	arg := opaeFMEPortPRArg{
 		Argsz:         uint32(unsafe.Sizeof(opaeFMEPortPRArg{})),
 		PortID:        portID,
 		BufferSize:    uint32(len(payload)),
 		BufferAddress: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))),
 	}
-	err = ioctl(fd, opaeFMEPortPR, unsafe.Pointer(&arg))
+	err := ioctl(fd, opaeFMEPortPR, unsafe.Pointer(&arg))
 	// The kernel reads payload through BufferAddress, which the garbage
 	// collector does not see: keep payload alive until the ioctl returned.
 	runtime.KeepAlive(payload)

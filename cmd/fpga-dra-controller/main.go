@@ -1,0 +1,112 @@
+// Command fpga-dra-controller is the cluster side of the FPGA DRA driver: it
+// keeps the DeviceClasses of AcceleratorFunctions and FpgaRegions (leader
+// elected when several replicas run) and serves the validating admission
+// webhook for FpgaConfigs in ResourceClaims and ResourceClaimTemplates and
+// for the custom resources (every replica), with Prometheus metrics and
+// health probes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the controller's flags.
+type options struct {
+	kubeconfig   string
+	driverName   string
+	namespace    string
+	identity     string
+	kubeAPIQPS   float32
+	kubeAPIBurst int
+
+	workers      int
+	resyncPeriod time.Duration
+
+	leaderElect                                            bool
+	leaseName                                              string
+	leaseDuration, renewDeadline, retryPeriod, healthSlack time.Duration
+
+	httpAddress string
+
+	webhook        bool
+	webhookAddress string
+	tlsMode        string
+	certFile       string
+	keyFile        string
+	secretName     string
+	serviceName    string
+	webhookConfig  string
+	certValidity   time.Duration
+}
+
+// TLS modes of the webhook.
+const (
+	tlsSelfSigned = "self-signed"
+	tlsFiles      = "files"
+)
+
+func newRootCommand() *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:           "fpga-dra-controller",
+		Short:         "DeviceClasses for AcceleratorFunctions and FpgaRegions, and the admission webhook of the FPGA DRA driver",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), o)
+		},
+	}
+	host, _ := os.Hostname()
+	fs := cmd.Flags()
+	fs.StringVar(&o.kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; in-cluster config when empty [$KUBECONFIG]")
+	fs.StringVar(&o.driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks [$DRIVER_NAME]")
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", ""), "namespace of the leader election Lease and the webhook certificate Secret (required) [$POD_NAMESPACE]")
+	fs.StringVar(&o.identity, "identity", envOr("POD_NAME", host), "leader election identity of this replica [$POD_NAME]")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "API server queries per second")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 40, "API server burst")
+	fs.IntVar(&o.workers, "workers", 2, "objects reconciled in parallel")
+	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "how often every object is reconciled again without a change (0: never)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "reconcile only while holding the leader election Lease (required with more than one replica)")
+	fs.StringVar(&o.leaseName, "leader-election-lease-name", "fpga-dra-controller", "name of the leader election Lease")
+	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long followers wait before taking over an unrenewed lease")
+	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up the lease")
+	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often the lease is tried")
+	fs.DurationVar(&o.healthSlack, "leader-election-health-timeout", 20*time.Second, "/healthz fails when the leader has not renewed its lease for the lease duration plus this")
+	fs.StringVar(&o.httpAddress, "http-address", envOr("HTTP_ADDRESS", ":8080"), "address of the plain HTTP endpoints /metrics, /healthz and /readyz [$HTTP_ADDRESS]")
+	fs.BoolVar(&o.webhook, "webhook", true, "serve the validating admission webhook")
+	fs.StringVar(&o.webhookAddress, "webhook-address", envOr("WEBHOOK_ADDRESS", ":9443"), "address of the TLS admission webhook [$WEBHOOK_ADDRESS]")
+	fs.StringVar(&o.tlsMode, "webhook-tls", envOr("WEBHOOK_TLS", tlsSelfSigned), "where the webhook certificate comes from: self-signed (generated, kept in --webhook-secret-name, CA patched into --webhook-configuration) or files (--webhook-cert-file and --webhook-key-file, e.g. from cert-manager; reloaded when they change) [$WEBHOOK_TLS]")
+	fs.StringVar(&o.certFile, "webhook-cert-file", "/etc/fpga-dra-controller/tls/tls.crt", "serving certificate with --webhook-tls=files")
+	fs.StringVar(&o.keyFile, "webhook-key-file", "/etc/fpga-dra-controller/tls/tls.key", "serving key with --webhook-tls=files")
+	fs.StringVar(&o.secretName, "webhook-secret-name", envOr("WEBHOOK_SECRET_NAME", "fpga-dra-controller-webhook-tls"), "Secret holding the self-signed certificates [$WEBHOOK_SECRET_NAME]")
+	fs.StringVar(&o.serviceName, "webhook-service-name", envOr("WEBHOOK_SERVICE_NAME", "fpga-dra-controller-webhook"), "Service in front of the webhook: the self-signed certificate's DNS names [$WEBHOOK_SERVICE_NAME]")
+	fs.StringVar(&o.webhookConfig, "webhook-configuration", envOr("WEBHOOK_CONFIGURATION", "fpga-dra-driver"), "ValidatingWebhookConfiguration whose caBundle the self-signed mode sets [$WEBHOOK_CONFIGURATION]")
+	fs.DurationVar(&o.certValidity, "webhook-cert-validity", 10*365*24*time.Hour, "validity of self-signed certificates; they are replaced a tenth of it before expiry")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	return cmd
+}
+
+// envOr returns the environment variable's value, or def when it is unset:
+// flags have environment twins for Deployment manifests.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/component-base/metrics/legacyregistry"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"  // client-go and leader election metrics
+	_ "k8s.io/component-base/metrics/prometheus/workqueue" // workqueue metrics
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
+	"github.com/fpga-dra/fpga-dra-driver/internal/webhook"
+)
+
+func run(ctx context.Context, o options) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	logger := klog.FromContext(ctx)
+	if err := o.validate(); err != nil {
+		return err
+	}
+	cfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+
+	controllerMetrics, webhookMetrics := controller.NewMetrics(), webhook.NewMetrics()
+	controllerMetrics.Register(legacyregistry.MustRegister)
+	webhookMetrics.Register(legacyregistry.MustRegister)
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	// fail stops everything with the first error.
+	fail := func(err error) {
+		if err != nil {
+			cancel(err)
+		}
+	}
+
+	var certs webhook.CertificateSource
+	static := &webhook.StaticCertificate{}
+	if o.webhook {
+		switch o.tlsMode {
+		case tlsFiles:
+			certs = &webhook.FileCertificate{CertFile: o.certFile, KeyFile: o.keyFile}
+		case tlsSelfSigned:
+			certs = static
+		}
+	}
+	healthz := leaderelection.NewLeaderHealthzAdaptor(o.healthSlack)
+	probes := &probes{
+		live: func() error { return healthz.Check(nil) },
+		ready: func() error {
+			if certs == nil {
+				return nil
+			}
+			_, err := certs.GetCertificate(nil)
+			return err
+		},
+	}
+	httpListener, err := net.Listen("tcp", o.httpAddress)
+	if err != nil {
+		return fmt.Errorf("--http-address: %w", err)
+	}
+	wg.Go(func() { fail(serveHTTP(ctx, httpListener, probes)) })
+
+	if o.webhook {
+		listener, err := net.Listen("tcp", o.webhookAddress)
+		if err != nil {
+			cancel(nil)
+			wg.Wait()
+			return fmt.Errorf("--webhook-address: %w", err)
+		}
+		if o.tlsMode == tlsSelfSigned {
+			wg.Go(func() { fail(keepSelfSigned(ctx, kube, o, static)) })
+		}
+		handler := webhook.NewHandler(o.driverName, webhookMetrics)
+		wg.Go(func() { fail(webhook.Serve(ctx, listener, handler, certs)) })
+	}
+
+	c, err := controller.New(ctx, controller.Config{
+		DriverName:    o.driverName,
+		KubeClient:    kube,
+		DynamicClient: dyn,
+		ResyncPeriod:  o.resyncPeriod,
+		Metrics:       controllerMetrics,
+	})
+	if err != nil {
+		cancel(nil)
+		wg.Wait()
+		return err
+	}
+	reconcile := func(ctx context.Context) { fail(c.Run(ctx, o.workers)) }
+	if o.leaderElect {
+		wg.Go(func() {
+			fail(controller.RunLeaderElected(ctx, controller.LeaderElection{
+				Client: kube, Namespace: o.namespace, Name: o.leaseName, Identity: o.identity,
+				LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
+				Healthz: healthz,
+			}, reconcile))
+		})
+	} else {
+		wg.Go(func() { reconcile(ctx) })
+	}
+
+	<-ctx.Done()
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+// validate checks flag combinations.
+func (o options) validate() error {
+	if o.namespace == "" && (o.leaderElect || (o.webhook && o.tlsMode == tlsSelfSigned)) {
+		return errors.New("--namespace (or $POD_NAMESPACE) is required: the namespace of the leader election Lease and the webhook Secret")
+	}
+	if o.webhook && o.tlsMode != tlsSelfSigned && o.tlsMode != tlsFiles {
+		return fmt.Errorf("--webhook-tls %q: use %s or %s", o.tlsMode, tlsSelfSigned, tlsFiles)
+	}
+	return nil
+}
+
+// keepSelfSigned loads (or creates) the self-signed certificates, serves
+// them and keeps the webhook configuration's caBundle set: at start and
+// every few minutes, which also undoes a re-applied configuration without
+// caBundle and picks up certificates another replica replaced. It returns
+// only when ctx is done.
+func keepSelfSigned(ctx context.Context, kube kubernetes.Interface, o options, static *webhook.StaticCertificate) error {
+	logger := klog.FromContext(ctx)
+	s := &webhook.SelfSigned{
+		Client:      kube,
+		Namespace:   o.namespace,
+		SecretName:  o.secretName,
+		DNSNames:    webhook.ServiceDNSNames(o.serviceName, o.namespace),
+		Validity:    o.certValidity,
+		RenewBefore: o.certValidity / 10,
+	}
+	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+		certs, err := s.Ensure(ctx)
+		if err != nil {
+			logger.Error(err, "Webhook certificates unavailable; retrying")
+			return
+		}
+		if err := static.Set(certs.Cert, certs.Key); err != nil {
+			logger.Error(err, "Webhook certificates unusable; retrying")
+			return
+		}
+		if err := webhook.PatchCABundle(ctx, kube, o.webhookConfig, certs.CACert); err != nil {
+			logger.Error(err, "Setting the webhook's CA bundle failed; retrying")
+		}
+	}, 5*time.Minute, 0.1, false)
+	return nil
+}
+
+func restConfig(o options) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
+	cfg.UserAgent = "fpga-dra-controller"
+	return cfg, nil
+}

@@ -1,0 +1,342 @@
+// Package deployments_test checks the checked-in deployment files offline:
+// every rendered manifest and example decodes strictly against the
+// Kubernetes API types (unknown or duplicate fields fail), the CRDs pass the
+// API server's own CRD validation (CEL rules compile within their cost
+// limits), custom resources are judged the same by the CRD schema and by the
+// webhook's Go validation, and the chart's objects fit together.
+package deployments_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+)
+
+// strict decodes every kind of the Kubernetes API, CRDs and this project's
+// API, failing on unknown and duplicate fields.
+var strict = func() runtime.Decoder {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+}()
+
+// object is one decoded document of a file.
+type object struct {
+	where string // file#index
+	obj   runtime.Object
+}
+
+// decodeFile strictly decodes every non-empty YAML document of path.
+func decodeFile(t *testing.T, path string) []object {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	var out []object
+	for i := 0; ; i++ {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: split documents: %v", path, err)
+		}
+		if js, err := yaml.YAMLToJSON(doc); err == nil && string(js) == "null" {
+			continue
+		}
+		where := fmt.Sprintf("%s#%d", path, i)
+		obj, gvk, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			t.Errorf("%s (%v): %v", where, gvk, err)
+			continue
+		}
+		out = append(out, object{where: where, obj: obj})
+	}
+	if len(out) == 0 {
+		t.Errorf("%s: no object", path)
+	}
+	return out
+}
+
+func files(t *testing.T, pattern string) []string {
+	t.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no file matches %s: %v", pattern, err)
+	}
+	return paths
+}
+
+// TestFilesDecodeStrictly is the schema check of every rendered manifest,
+// CRD and example against the Kubernetes API types.
+func TestFilesDecodeStrictly(t *testing.T) {
+	for _, pattern := range []string{"manifests/*.yaml", "examples/*.yaml", "helm/fpga-dra-driver/crds/*.yaml"} {
+		for _, path := range files(t, pattern) {
+			t.Run(path, func(t *testing.T) { decodeFile(t, path) })
+		}
+	}
+}
+
+// find returns the objects of type T in objs.
+func find[T runtime.Object](objs []object) []T {
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.obj.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// findOne returns the only object of type T in objs named name (any name
+// when empty).
+func findOne[T interface {
+	runtime.Object
+	GetName() string
+}](t *testing.T, objs []object, name string) T {
+	t.Helper()
+	var match []T
+	for _, v := range find[T](objs) {
+		if name == "" || v.GetName() == name {
+			match = append(match, v)
+		}
+	}
+	if len(match) != 1 {
+		var zero T
+		t.Fatalf("found %d %T named %q, want 1", len(match), zero, name)
+	}
+	return match[0]
+}
+
+func env(c corev1.Container, name string) (corev1.EnvVar, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return corev1.EnvVar{}, false
+}
+
+// TestRenderedChartFitsTogether checks what ties the chart's objects to
+// each other and to the binaries.
+func TestRenderedChartFitsTogether(t *testing.T) {
+	objs := decodeFile(t, "manifests/fpga-dra-driver.yaml")
+	ns := findOne[*corev1.Namespace](t, objs, "").Name
+
+	// The base DeviceClass.
+	base := findOne[*resourceapi.DeviceClass](t, objs, v1alpha1.GroupName)
+	if got := base.Spec.Selectors[0].CEL.Expression; got != `device.driver == "fpga.dra.dev"` {
+		t.Errorf("base DeviceClass selector = %s", got)
+	}
+
+	// The node daemon.
+	ds := findOne[*appsv1.DaemonSet](t, objs, "")
+	node := ds.Spec.Template.Spec.Containers[0]
+	if e, ok := env(node, "NODE_NAME"); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("DaemonSet NODE_NAME = %+v, want the pod's spec.nodeName", e)
+	}
+	if node.SecurityContext == nil || node.SecurityContext.Privileged == nil || !*node.SecurityContext.Privileged {
+		t.Error("the node daemon is not privileged")
+	}
+	if live, _ := env(node, "LIVENESS_ADDRESS"); node.LivenessProbe == nil || node.LivenessProbe.GRPC == nil ||
+		live.Value != fmt.Sprintf(":%d", node.LivenessProbe.GRPC.Port) {
+		t.Errorf("the node daemon's gRPC liveness probe %+v does not check $LIVENESS_ADDRESS %q", node.LivenessProbe, live.Value)
+	}
+	var hostPaths []string
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths = append(hostPaths, v.HostPath.Path)
+		}
+	}
+	for _, want := range []string{"/sys", "/dev", "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
+		"/var/lib/kubelet/device-plugins", "/var/run/cdi", "/srv/fpga/bitstreams"} {
+		if !slices.Contains(hostPaths, want) {
+			t.Errorf("DaemonSet host paths %v lack %s", hostPaths, want)
+		}
+	}
+	nodeSA := ds.Spec.Template.Spec.ServiceAccountName
+
+	// Each node's driver writes only its own ResourceSlices.
+	vap := findOne[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "")
+	if got, want := vap.Spec.MatchConditions[0].Expression, fmt.Sprintf(`request.userInfo.username == "system:serviceaccount:%s:%s"`, ns, nodeSA); got != want {
+		t.Errorf("ValidatingAdmissionPolicy matches %s, want %s", got, want)
+	}
+	if !strings.Contains(vap.Spec.Variables[0].Expression, "authentication.kubernetes.io/node-name") {
+		t.Errorf("ValidatingAdmissionPolicy node name from %s", vap.Spec.Variables[0].Expression)
+	}
+	binding := findOne[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs, "")
+	if binding.Spec.PolicyName != vap.Name || !slices.Contains(binding.Spec.ValidationActions, "Deny") {
+		t.Errorf("ValidatingAdmissionPolicyBinding = %+v", binding.Spec)
+	}
+
+	// The node's RBAC: granular claim-status authorization for this driver.
+	nodeRole := findOne[*rbacv1.ClusterRole](t, objs, nodeSA)
+	if !allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/driver", "associated-node:update", "fpga.dra.dev") ||
+		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/driver", "associated-node:patch", "fpga.dra.dev") ||
+		!allows(nodeRole.Rules, "resource.k8s.io", "resourceslices", "create", "") ||
+		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "get", "") ||
+		allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "list", "") {
+		t.Errorf("node ClusterRole rules = %+v", nodeRole.Rules)
+	}
+	bound := false
+	for _, b := range find[*rbacv1.ClusterRoleBinding](objs) {
+		if b.RoleRef.Name == nodeRole.Name && len(b.Subjects) == 1 && b.Subjects[0].Name == nodeSA && b.Subjects[0].Namespace == ns {
+			bound = true
+		}
+	}
+	if !bound {
+		t.Error("the node ClusterRole is not bound to the DaemonSet's service account")
+	}
+
+	// The controller and its webhook.
+	deploy := findOne[*appsv1.Deployment](t, objs, "")
+	ctrl := deploy.Spec.Template.Spec.Containers[0]
+	vwc := findOne[*admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "")
+	svc := findOne[*corev1.Service](t, objs, "")
+	for name, want := range map[string]string{
+		"WEBHOOK_CONFIGURATION": vwc.Name,
+		"WEBHOOK_SERVICE_NAME":  svc.Name,
+		"WEBHOOK_TLS":           "self-signed",
+		"DRIVER_NAME":           "fpga.dra.dev",
+	} {
+		if e, _ := env(ctrl, name); e.Value != want {
+			t.Errorf("controller $%s = %q, want %q", name, e.Value, want)
+		}
+	}
+	for k, v := range svc.Spec.Selector {
+		if deploy.Spec.Template.Labels[k] != v {
+			t.Errorf("webhook Service selects %s=%s, the controller pods have %q", k, v, deploy.Spec.Template.Labels[k])
+		}
+	}
+	for _, w := range vwc.Webhooks {
+		s := w.ClientConfig.Service
+		if s == nil || s.Name != svc.Name || s.Namespace != ns || s.Path == nil || *s.Path != "/validate" {
+			t.Errorf("webhook %s calls %+v", w.Name, s)
+		}
+	}
+	if ctrl.LivenessProbe == nil || ctrl.ReadinessProbe == nil {
+		t.Error("the controller has no liveness or readiness probe")
+	}
+	ctrlRole := findOne[*rbacv1.ClusterRole](t, objs, deploy.Spec.Template.Spec.ServiceAccountName)
+	for _, want := range []struct{ group, resource, verb, name string }{
+		{"resource.k8s.io", "deviceclasses", "create", ""},
+		{"resource.k8s.io", "deviceclasses", "delete", ""},
+		{"resource.k8s.io", "resourceslices", "watch", ""},
+		{"fpga.dra.dev", "acceleratorfunctions/status", "update", ""},
+		{"fpga.dra.dev", "fpgaregions/finalizers", "update", ""},
+		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "update", vwc.Name},
+	} {
+		if !allows(ctrlRole.Rules, want.group, want.resource, want.verb, want.name) {
+			t.Errorf("controller ClusterRole does not allow %s %s/%s %s", want.verb, want.group, want.resource, want.name)
+		}
+	}
+}
+
+// TestSimulatedManifest checks that the simulated variant reads the tree
+// its init container writes, with the simulated programmer.
+func TestSimulatedManifest(t *testing.T) {
+	objs := decodeFile(t, "manifests/fpga-dra-driver-simulated.yaml")
+	ds := findOne[*appsv1.DaemonSet](t, objs, "")
+	spec := ds.Spec.Template.Spec
+	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Args[0] != "simulate" {
+		t.Fatalf("init containers = %+v, want the simulate command", spec.InitContainers)
+	}
+	root, _ := env(spec.Containers[0], "FPGA_ROOT")
+	programmer, _ := env(spec.Containers[0], "PROGRAMMER")
+	if !slices.Contains(spec.InitContainers[0].Args, "--dir="+root.Value) || programmer.Value != "sim" {
+		t.Errorf("FPGA_ROOT %q, PROGRAMMER %q, simulate args %v", root.Value, programmer.Value, spec.InitContainers[0].Args)
+	}
+}
+
+// allows reports whether rules grant verb on group/resource (and on the
+// object name, when not empty).
+func allows(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) &&
+			(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestExamples checks that the example claims carry configs the node
+// accepts and name classes the example logical names create, in the order
+// the firstAvailable pattern needs.
+func TestExamples(t *testing.T) {
+	names := decodeFile(t, "examples/logical-names.yaml")
+	classes := map[string]bool{}
+	for _, af := range find[*v1alpha1.AcceleratorFunction](names) {
+		classes[af.Name] = true
+		if af.Spec.Mode == v1alpha1.ModeRegion {
+			classes[af.Name+v1alpha1.ProgramClassSuffix] = true
+		}
+	}
+	for _, r := range find[*v1alpha1.FpgaRegion](names) {
+		classes[r.Name] = true
+	}
+	for _, path := range []string{"examples/af-claim.yaml", "examples/region-claim.yaml", "examples/firstavailable-template.yaml"} {
+		for _, o := range decodeFile(t, path) {
+			var spec *resourceapi.ResourceClaimSpec
+			switch v := o.obj.(type) {
+			case *resourceapi.ResourceClaim:
+				spec = &v.Spec
+			case *resourceapi.ResourceClaimTemplate:
+				spec = &v.Spec.Spec
+			default:
+				continue
+			}
+			for _, r := range spec.Devices.Requests {
+				var wanted []string
+				if r.Exactly != nil {
+					wanted = append(wanted, r.Exactly.DeviceClassName)
+				}
+				for _, s := range r.FirstAvailable {
+					wanted = append(wanted, s.DeviceClassName)
+				}
+				for _, c := range wanted {
+					if !classes[c] {
+						t.Errorf("%s: request %s uses DeviceClass %s, which no example logical name creates", o.where, r.Name, c)
+					}
+				}
+				if len(r.FirstAvailable) > 0 && (len(wanted) != 2 || wanted[1] != wanted[0]+v1alpha1.ProgramClassSuffix) {
+					t.Errorf("%s: firstAvailable classes %v, want NAME before NAME-program", o.where, wanted)
+				}
+			}
+			for i, c := range spec.Devices.Config {
+				if c.Opaque == nil || c.Opaque.Driver != "fpga.dra.dev" {
+					continue
+				}
+				if _, err := v1alpha1.DecodeAndValidate(c.Opaque.Parameters.Raw); err != nil {
+					t.Errorf("%s: config %d: %v", o.where, i, err)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+)
+
+var testDNSNames = ServiceDNSNames("fpga-dra-controller-webhook", "fpga-system")
+
+func generate(t *testing.T, now time.Time, validity time.Duration) *Certificates {
+	t.Helper()
+	c, err := GenerateCertificates(testDNSNames, now, validity)
+	if err != nil {
+		t.Fatalf("GenerateCertificates() error = %v", err)
+	}
+	return c
+}
+
+func TestCertificatesCheck(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := generate(t, now, 365*24*time.Hour)
+	if err := c.Check(testDNSNames, now, 30*24*time.Hour); err != nil {
+		t.Errorf("Check() of fresh certificates = %v", err)
+	}
+	if err := c.Check([]string{"other.fpga-system.svc"}, now, 0); err == nil || !strings.Contains(err.Error(), "other.fpga-system.svc") {
+		t.Errorf("Check() for another name = %v, want an error naming it", err)
+	}
+	if err := c.Check(testDNSNames, now, 400*24*time.Hour); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("Check() past expiry = %v, want an expiry error", err)
+	}
+	other := generate(t, now, time.Hour)
+	mixed := &Certificates{CACert: other.CACert, Cert: c.Cert, Key: c.Key}
+	if err := mixed.Check(testDNSNames, now, 0); err == nil {
+		t.Error("Check() with a foreign CA = nil, want an error")
+	}
+	if err := (&Certificates{CACert: c.CACert, Cert: c.Cert, Key: other.Key}).Check(testDNSNames, now, 0); err == nil {
+		t.Error("Check() with a foreign key = nil, want an error")
+	}
+}
+
+// TestServeTLS calls the webhook over TLS as the API server does: trusting
+// only the CA bundle, by the Service's DNS name.
+func TestServeTLS(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	certs := generate(t, time.Now(), time.Hour)
+	static := &StaticCertificate{}
+	if _, err := static.GetCertificate(nil); err == nil {
+		t.Error("GetCertificate() before Set = nil error, want one")
+	}
+	if err := static.Set(certs.Cert, certs.Key); err != nil {
+		t.Fatal(err)
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, listener, NewHandler(driverName, nil), static) }()
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(certs.CACert)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: testDNSNames[0]}}}
+	resp, err := client.Post("https://"+listener.Addr().String()+ValidatePath, "application/json", bytes.NewReader(
+		review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Create,
+			claim("resource.k8s.io/v1", opaque(driverName, fpgaConfig(`"afuID":"`+afuID+`"`))))))
+	if err != nil {
+		t.Fatalf("POST over TLS: %v", err)
+	}
+	var out admissionv1.AdmissionReview
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if err != nil || out.Response == nil || !out.Response.Allowed {
+		t.Errorf("answer = %+v, %v; want allowed", out.Response, err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve() error = %v", err)
+	}
+}
+
+func TestSelfSignedEnsure(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := kubefake.NewClientset()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &SelfSigned{Client: client, Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
+		Validity: 100 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Now: func() time.Time { return now }}
+
+	first, err := s.Ensure(ctx)
+	if err != nil {
+		t.Fatalf("Ensure() error = %v", err)
+	}
+	secret, err := client.CoreV1().Secrets("fpga-system").Get(ctx, "webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Secret was not created: %v", err)
+	}
+	if !bytes.Equal(secret.Data[SecretCAKey], first.CACert) || !bytes.Equal(secret.Data[SecretCertKey], first.Cert) || secret.Type != "kubernetes.io/tls" {
+		t.Errorf("Secret = %+v, want the returned certificates", secret)
+	}
+
+	// Another replica (or a restart) gets the same certificates.
+	second, err := s.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(second.CACert, first.CACert) || !bytes.Equal(second.Key, first.Key) {
+		t.Error("a second Ensure() replaced valid certificates")
+	}
+
+	// Close to expiry they are replaced.
+	now = now.Add(95 * 24 * time.Hour)
+	third, err := s.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(third.CACert, first.CACert) {
+		t.Error("Ensure() kept certificates that expire within RenewBefore")
+	}
+	if err := third.Check(testDNSNames, now, s.RenewBefore); err != nil {
+		t.Errorf("replaced certificates do not serve: %v", err)
+	}
+}
+
+func TestPatchCABundle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	config := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "fpga-dra-driver"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{
+			{Name: "claims.fpga.dra.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				Service: &admissionregistrationv1.ServiceReference{Namespace: "fpga-system", Name: "fpga-dra-controller-webhook"}}},
+			{Name: "url.fpga.dra.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptrTo("https://example.com/validate")}},
+		},
+	}
+	client := kubefake.NewClientset(config)
+	if err := PatchCABundle(ctx, client, "fpga-dra-driver", []byte("CA")); err != nil {
+		t.Fatalf("PatchCABundle() error = %v", err)
+	}
+	got, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "fpga-dra-driver", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Webhooks[0].ClientConfig.CABundle) != "CA" || got.Webhooks[1].ClientConfig.CABundle != nil {
+		t.Errorf("caBundles = %q, %q; want CA on the service webhook only", got.Webhooks[0].ClientConfig.CABundle, got.Webhooks[1].ClientConfig.CABundle)
+	}
+	updates := 0
+	if err := PatchCABundle(ctx, client, "fpga-dra-driver", []byte("CA")); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "update" {
+			updates++
+		}
+	}
+	if updates != 1 {
+		t.Errorf("%d updates, want 1: an unchanged caBundle is not written again", updates)
+	}
+	if err := PatchCABundle(ctx, client, "missing", []byte("CA")); err == nil || !strings.Contains(err.Error(), "ValidatingWebhookConfiguration missing") {
+		t.Errorf("PatchCABundle(missing) = %v", err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestFileCertificateReloads checks that a renewed certificate in the files
+// is served without a restart, and that a broken write keeps the last good
+// one.
+func TestFileCertificateReloads(t *testing.T) {
+	dir := t.TempDir()
+	f := &FileCertificate{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}
+	if _, err := f.GetCertificate(nil); err == nil {
+		t.Error("GetCertificate() without files = nil error")
+	}
+	write := func(c *Certificates, mtime time.Time) {
+		t.Helper()
+		for name, data := range map[string][]byte{f.CertFile: c.Cert, f.KeyFile: c.Key} {
+			if err := os.WriteFile(name, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(name, mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	leaf := func() []byte {
+		t.Helper()
+		c, err := f.GetCertificate(nil)
+		if err != nil {
+			t.Fatalf("GetCertificate() error = %v", err)
+		}
+		return c.Certificate[0]
+	}
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	first, second := generate(t, time.Now(), time.Hour), generate(t, time.Now(), time.Hour)
+	write(first, base)
+	a := leaf()
+	write(second, base.Add(time.Minute))
+	b := leaf()
+	if bytes.Equal(a, b) {
+		t.Error("the renewed certificate was not loaded")
+	}
+	if err := os.WriteFile(f.KeyFile, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(f.KeyFile, base.Add(2*time.Minute), base.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if c := leaf(); !bytes.Equal(c, b) {
+		t.Error("a broken key replaced the last good certificate")
+	}
+}
