@@ -138,10 +138,8 @@ func (s *Scanner) Refresh(old *Result) (*Result, bool) {
 		if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
 			card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
 		} else {
-			if p, err := l.interfaceIDPath(fme.path); err == nil {
-				if id, err := ReadID(p); err == nil {
-					c.InterfaceID = id
-				}
+			if id, err := ReadID(c.interfaceIDFile); err == nil {
+				c.InterfaceID = id
 			}
 			card = l.cardHealth(&c, fme)
 			fme.close()

@@ -73,8 +73,11 @@ type Card struct {
 	InterfaceID string
 	Ports       []*Port
 
-	// hwmon is the FME's hwmon directory ("" when it has none).
-	hwmon string
+	// hwmon is the FME's hwmon directory ("" when it has none);
+	// interfaceIDFile the attribute the interface ID was read from. Both are
+	// found by Scan so that Refresh never walks directories.
+	hwmon           string
+	interfaceIDFile string
 }
 
 // Port is one accelerator port: the unit a container is given. Its

@@ -341,7 +341,7 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		}
 		hw.close()
 	}
-	if c.InterfaceID, err = w.interfaceID(fme, p.interfaceIDFiles); err != nil {
+	if c.InterfaceID, c.interfaceIDFile, err = w.interfaceID(fme, p.interfaceIDFiles); err != nil {
 		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
 	}
 	if pci, err := openSysDir(p.pciPath); err == nil {
@@ -357,21 +357,23 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 	return c, w.l.cardHealth(c, fme), nil
 }
 
-// interfaceID reads the card's PR interface ID: DFL's compat_id files
-// (found in the class directory, else below the FME), or OPAE's
-// pr/interface_id.
-func (w *walker) interfaceID(fme sysDir, files []string) (string, error) {
+// interfaceID reads the card's PR interface ID and names the file it came
+// from: DFL's compat_id files (found in the class directory, else below the
+// FME), or OPAE's pr/interface_id.
+func (w *walker) interfaceID(fme sysDir, files []string) (string, string, error) {
 	if w.l.driver == DriverOPAE {
-		return fme.readID("pr/interface_id")
+		id, err := fme.readID("pr/interface_id")
+		return id, filepath.Join(fme.path, "pr/interface_id"), err
 	}
 	if len(files) == 0 {
 		p, err := w.l.interfaceIDPath(fme.path)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		files = []string{p}
 	}
-	return ReadID(files[0])
+	id, err := ReadID(files[0])
+	return id, files[0], err
 }
 
 // findFME locates the FME below a physical function's PCI directory, for a
