@@ -160,3 +160,31 @@ func (n *FPGANode) Uevent(action, sysPath, subsystem string) error {
 	}
 	return nil
 }
+
+// StartController builds and runs fpga-dra-controller as a host process
+// (webhook off: its own tests cover it) after applying the CRDs from crdDir.
+func (c *Cluster) StartController(ctx context.Context, crdDir string) (*Process, error) {
+	bin := filepath.Join(c.Dir, "fpga", "fpga-dra-controller")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fpga-dra-controller")
+	build.Dir = c.cfg.Repo
+	if b, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build controller: %w\n%s", err, b)
+	}
+	kubectl := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(c.cfg.BinDir, "kubectl"), append([]string{"--kubeconfig", c.AdminKubeconfig}, args...)...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, b)
+		}
+		return nil
+	}
+	if err := kubectl("apply", "--server-side", "-f", crdDir); err != nil {
+		return nil, err
+	}
+	if err := kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/acceleratorfunctions.fpga.dra.dev", "crd/fpgaregions.fpga.dra.dev"); err != nil {
+		return nil, err
+	}
+	return c.Start("fpga-dra-controller", bin, []string{
+		"--kubeconfig", c.AdminKubeconfig, "--namespace", "default", "--leader-elect=false",
+		"--webhook=false", "--http-address", "127.0.0.1:0",
+	}, nil)
+}

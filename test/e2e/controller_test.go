@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// Test8AcceleratorFunctionFirstAvailable: an AcceleratorFunction becomes
+// DeviceClasses, and a firstAvailable template lands on a port where the
+// function is loaded before it would program a region.
+func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := cluster.StartController(ctx, filepath.Join(repo, "deployments/helm/fpga-dra-driver/crds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Stop(10 * time.Second) })
+	rc, err := clientcmd.BuildConfigFromFlags("", cluster.AdminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	af := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "AcceleratorFunction",
+		"metadata": map[string]any{"name": "nlb0"},
+		"spec": map[string]any{
+			"afuID": simnode.DefaultAFUID, "interfaceID": simnode.DefaultInterfaceID, "mode": "region",
+			"description": "e2e: loaded on cards 1, 3 (and a hot-plugged 5)",
+		},
+	}}
+	afs := dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource("acceleratorfunctions"))
+	if _, err := afs.Create(ctx, af, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = afs.Delete(context.Background(), "nlb0", metav1.DeleteOptions{}) })
+	eventually(t, "DeviceClasses nlb0 and nlb0-program", 60*time.Second, func() bool {
+		for _, n := range []string{"nlb0", "nlb0-program"} {
+			if _, err := cluster.Client.ResourceV1().DeviceClasses().Get(ctx, n, metav1.GetOptions{}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	ns := namespace(t, "e2e-controller")
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nlb0"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "fpga", FirstAvailable: []resourceapi.DeviceSubRequest{
+				{Name: "loaded", DeviceClassName: "nlb0", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+				{Name: "program", DeviceClassName: "nlb0-program", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+			}}},
+		}}},
+	}
+	if _, err := cluster.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probePod(t, ns, "worker", "nlb0")
+	view, device, claim := runningProbe(t, ns, "worker")
+	var request string
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		request = r.Request
+	}
+	if request != "fpga/loaded" {
+		t.Fatalf("allocated through %q, want fpga/loaded while a loaded port is free (device %s)", request, device)
+	}
+	if view.Env["FPGA_AFU_IDS"] != simnode.DefaultAFUID {
+		t.Fatalf("container sees AFU %q, want %s", view.Env["FPGA_AFU_IDS"], simnode.DefaultAFUID)
+	}
+	if n := programmedEvents(t, claim); n != 0 {
+		t.Fatalf("a loaded function was programmed %d times", n)
+	}
+	eventually(t, "AcceleratorFunction status counts devices", 60*time.Second, func() bool {
+		got, err := afs.Get(ctx, "nlb0", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		loaded, _, _ := unstructured.NestedInt64(got.Object, "status", "loadedDevices")
+		return loaded > 0
+	})
+}
