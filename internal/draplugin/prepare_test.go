@@ -2,6 +2,8 @@ package draplugin_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -381,5 +383,41 @@ func TestCorruptCheckpoint(t *testing.T) {
 	}
 	if r := pn3.prepare(t, pn3.draClient(t), other); r.Error != "" {
 		t.Fatalf("prepare after starting from an unreadable checkpoint: %s", r.Error)
+	}
+}
+
+// TestPinnedDigestOnLoadedAFU: a claim that pins a digest gets exactly that
+// file, also where its AFU is loaded already (from a file the driver did not
+// load); once the driver loaded it, the same pin does not reprogram.
+func TestPinnedDigestOnLoadedAFU(t *testing.T) {
+	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}})
+	dra := pn.draClient(t)
+	b, err := os.ReadFile(filepath.Join(pn.repoDir, "second.gbs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	pin := hex.EncodeToString(sum[:])
+
+	wrong := pn.claim(t, []string{dev1}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: simnode.SecondAFUID, SHA256: strings.Repeat("ab", 32)}))
+	if r := pn.prepare(t, dra, wrong); !strings.Contains(r.Error, "checksum") {
+		t.Fatalf("a wrong pin on a loaded AFU: %q, want a checksum refusal", r.Error)
+	}
+	pn.unprepare(t, dra, wrong)
+
+	right := pn.claim(t, []string{dev1}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: simnode.SecondAFUID, SHA256: pin}))
+	if r := pn.prepare(t, dra, right); r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	if n := pn.sim.TotalCalls(); n != 1 {
+		t.Fatalf("programmed %d times, want once to load the pinned file", n)
+	}
+	pn.unprepare(t, dra, right)
+	again := pn.claim(t, []string{dev1}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: simnode.SecondAFUID, SHA256: pin}))
+	if r := pn.prepare(t, dra, again); r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	if n := pn.sim.TotalCalls(); n != 1 {
+		t.Fatalf("the pinned file was loaded already, yet programmed again (%d calls)", n)
 	}
 }

@@ -203,7 +203,10 @@ func (s *State) plan(h Holder, r DeviceRequest, devs *discovery.Result, rec *Cla
 	case v1alpha1.ProgrammingAlways:
 		p.program = true
 	default: // IfNeeded
-		p.program = port.AFUID != cfg.AFUID
+		// With a pinned digest, "already loaded" means that very file was
+		// loaded here; a region loaded from elsewhere is programmed (and
+		// the pin checked).
+		p.program = port.AFUID != cfg.AFUID || (cfg.SHA256 != "" && s.loadedSHA[r.Device] != cfg.SHA256)
 		// After a reboot the region lost what this claim loaded, whatever
 		// an earlier record says.
 		if rebooted && wasProgrammed(rec, r.Device) {
@@ -309,9 +312,18 @@ func (s *State) program(ctx context.Context, cfg *v1alpha1.FpgaConfig, card *dis
 	res.Bitstream = bs.Path
 	opts := s.cfg.Load
 	opts.SHA256 = cfg.SHA256
-	if _, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts); err != nil {
+	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
+	s.mu.Lock()
+	if err == nil {
+		s.loadedSHA[port.DeviceName()] = loaded.SHA256
+	} else {
+		delete(s.loadedSHA, port.DeviceName())
+	}
+	s.mu.Unlock()
+	if err != nil {
 		return fail(fmt.Errorf("program %s with AFU %s from %s: %w", port.DeviceName(), cfg.AFUID, bs.Path, err))
 	}
+	res.SHA256 = loaded.SHA256
 	res.Duration = time.Since(start)
 	return res
 }

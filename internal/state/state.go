@@ -81,8 +81,10 @@ type Programming struct {
 	Device    string
 	AFUID     string
 	Bitstream string
-	Duration  time.Duration
-	Err       error
+	// SHA256 is the digest of the file that was loaded.
+	SHA256   string
+	Duration time.Duration
+	Err      error
 }
 
 // Outcome is the result of one Prepare.
@@ -125,6 +127,10 @@ type State struct {
 	holders map[string]types.UID // device -> claim
 	jobs    map[string]*job      // device -> latest job
 	ports   map[string]*sync.Mutex
+	// loadedSHA is the digest of the file this process last loaded into
+	// each device's region; a claim that pins a digest is programmed
+	// unless it matches.
+	loadedSHA map[string]string
 
 	// Group commit of the checkpoint: gen counts changes, savedGen the
 	// change a completed save covered.
@@ -160,6 +166,8 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		holders: map[string]types.UID{},
 		jobs:    map[string]*job{},
 		ports:   map[string]*sync.Mutex{},
+
+		loadedSHA: map[string]string{},
 	}
 	for uid, c := range cp.Claims {
 		for _, d := range c.Devices {

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
@@ -110,7 +111,19 @@ func namespace(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cluster.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		// Wait until the namespace is gone: its pods' claims are then
+		// unprepared and deallocated, and the next test finds every device
+		// free.
+		ctx := context.Background()
+		_ = cluster.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			if _, err := cluster.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				return
+			}
+			time.Sleep(250 * time.Millisecond) // polling the API server for another component's work
+		}
+		t.Errorf("namespace %s not deleted within 2 minutes", name)
 	})
 	return name
 }
