@@ -41,7 +41,11 @@ FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseUevent -fuzztime $(FUZZTIME) ./pkg/discovery/
 	$(GO) test -run XXX -fuzz FuzzCanonicalID -fuzztime $(FUZZTIME) ./pkg/discovery/
+	$(GO) test -run XXX -fuzz FuzzParseGBS -fuzztime $(FUZZTIME) ./pkg/program/
+	$(GO) test -run XXX -fuzz FuzzParseAOCX -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzDecodeFpgaConfig -fuzztime $(FUZZTIME) ./api/v1alpha1/
+	$(GO) test -run XXX -fuzz FuzzDecodeCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
+	$(GO) test -run XXX -fuzz FuzzReadCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 
 # Binaries of a local Kubernetes node (apiserver, scheduler,
 # controller-manager, kubelet, kubectl, etcd, containerd), built from the Go

@@ -71,7 +71,7 @@ func (f *adminFlags) offline() (*discovery.Result, map[string]*state.ClaimRecord
 	case err != nil:
 		return nil, nil, err
 	default:
-		cp, err := state.DecodeCheckpoint(b)
+		cp, _, err := state.ReadCheckpoint(b)
 		if cp == nil {
 			return nil, nil, fmt.Errorf("the daemon's checkpoint cannot be read, so holds are unknown: %w", err)
 		}

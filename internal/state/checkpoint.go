@@ -7,10 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"time"
-
-	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 )
 
 // CheckpointVersion is the version of the on-disk format this code writes.
@@ -163,48 +159,14 @@ func (cp *Checkpoint) sanitized() *Checkpoint {
 	return out
 }
 
-// LoadCheckpoint reads the checkpoint at path. A missing file is an empty
-// checkpoint. A corrupt file is moved aside to path.corrupt-<time> (never
-// deleted) and the claims that could be recovered are returned together
-// with an error wrapping ErrCorruptCheckpoint.
-func LoadCheckpoint(path string) (*Checkpoint, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return &Checkpoint{Claims: map[string]*ClaimRecord{}}, nil
+// copyCheckpoint returns a deep copy, so a save can encode outside the
+// state's lock.
+func copyCheckpoint(cp *Checkpoint) (*Checkpoint, error) {
+	out := &Checkpoint{BootID: cp.BootID, Claims: make(map[string]*ClaimRecord, len(cp.Claims))}
+	for uid, c := range cp.Claims {
+		cc := *c
+		cc.Devices = append([]DeviceRecord(nil), c.Devices...)
+		out.Claims[uid] = &cc
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
-	}
-	cp, err := DecodeCheckpoint(b)
-	if err == nil {
-		if cp.Claims == nil {
-			cp.Claims = map[string]*ClaimRecord{}
-		}
-		return cp, nil
-	}
-	if !errors.Is(err, ErrCorruptCheckpoint) {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000"))
-	if rerr := os.Rename(path, aside); rerr != nil {
-		return nil, fmt.Errorf("checkpoint %s is corrupt (%v) and could not be moved aside: %w", path, err, rerr)
-	}
-	if cp == nil {
-		cp = &Checkpoint{Claims: map[string]*ClaimRecord{}}
-	}
-	return cp, fmt.Errorf("checkpoint %s: %w; kept as %s, recovered %d claims", path, err, aside, len(cp.Claims))
-}
-
-// SaveCheckpoint writes the checkpoint atomically: a temp file in the same
-// directory, fsync, rename over path, fsync of the directory.
-func SaveCheckpoint(path string, cp *Checkpoint) error {
-	b, err := EncodeCheckpoint(cp)
-	if err != nil {
-		return err
-	}
-	return writeCheckpointBytes(path, b)
-}
-
-func writeCheckpointBytes(path string, b []byte) error {
-	return atomicfile.Write(path, b, atomicfile.Options{Perm: 0o600})
+	return out, nil
 }

@@ -19,13 +19,19 @@ func sampleCheckpoint() *Checkpoint {
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "checkpoint.json")
-	if err := SaveCheckpoint(path, sampleCheckpoint()); err != nil {
-		t.Fatal(err)
-	}
-	got, err := LoadCheckpoint(path)
+	cf, _, err := OpenCheckpoint(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := cf.Save(sampleCheckpoint()); err != nil {
+		t.Fatal(err)
+	}
+	cf.Close()
+	cf, got, err := OpenCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cf.Close()
 	if len(got.Claims) != 2 || got.Claims["uid-1"].Devices[0].CDIDeviceID == "" || got.BootID != "boot-1" {
 		t.Fatalf("round trip lost data: %+v", got)
 	}
@@ -35,7 +41,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 }
 
 func TestCheckpointMissingIsEmpty(t *testing.T) {
-	cp, err := LoadCheckpoint(filepath.Join(t.TempDir(), "none.json"))
+	_, cp, err := OpenCheckpoint(filepath.Join(t.TempDir(), "none.json"))
 	if err != nil || len(cp.Claims) != 0 {
 		t.Fatalf("missing checkpoint: %v %+v", err, cp)
 	}
@@ -63,7 +69,7 @@ func TestCheckpointRefusals(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cp, err := LoadCheckpoint(path)
+			_, cp, err := OpenCheckpoint(path)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}

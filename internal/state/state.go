@@ -124,6 +124,7 @@ type State struct {
 
 	mu      sync.Mutex
 	cp      *Checkpoint
+	cpFile  *CheckpointFile
 	holders map[string]types.UID // device -> claim
 	jobs    map[string]*job      // device -> latest job
 	ports   map[string]*sync.Mutex
@@ -153,7 +154,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cp, err := LoadCheckpoint(cfg.CheckpointPath)
+	cpFile, cp, err := OpenCheckpoint(cfg.CheckpointPath)
 	if err != nil && !errors.Is(err, ErrCorruptCheckpoint) {
 		return nil, nil, err
 	}
@@ -163,6 +164,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		ctx:     ctx,
 		bootID:  bootID,
 		cp:      cp,
+		cpFile:  cpFile,
 		holders: map[string]types.UID{},
 		jobs:    map[string]*job{},
 		ports:   map[string]*sync.Mutex{},
@@ -287,13 +289,13 @@ func (s *State) persist() error {
 		return nil
 	}
 	s.mu.Lock()
-	b, err := EncodeCheckpoint(s.cp)
+	snapshot, err := copyCheckpoint(s.cp)
 	gen := s.gen
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := writeCheckpointBytes(s.cfg.CheckpointPath, b); err != nil {
+	if err := s.cpFile.Save(snapshot); err != nil {
 		return err
 	}
 	s.savedGen = gen
