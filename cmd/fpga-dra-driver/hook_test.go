@@ -255,3 +255,23 @@ func TestHookWithoutRegions(t *testing.T) {
 		t.Errorf("hook = %v, want success", err)
 	}
 }
+
+// FuzzRegionRequests: the container's environment is outside input.
+func FuzzRegionRequests(f *testing.F) {
+	f.Add("FPGA_REGION_0=69528db6eb31577a8c3668f9faa081f6", "FPGA_AFU_0=d8424dc4-a4a3-c413-f89e-433683f9040b")
+	f.Add("FPGA_REGION_01=x", "FPGA_AFU_IDS=y")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		reqs, err := regionRequests([]string{a, b, "PATH=/bin"})
+		if err != nil {
+			return
+		}
+		for i, r := range reqs {
+			if len(r.interfaceID) != 32 || len(r.afuID) != 32 {
+				t.Fatalf("request %+v has non-canonical IDs", r)
+			}
+			if i > 0 && reqs[i-1].n >= r.n {
+				t.Fatalf("requests out of order: %+v", reqs)
+			}
+		}
+	})
+}
