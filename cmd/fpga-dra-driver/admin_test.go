@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// adminNode is a simulated node with a sample repository, a state whose
+// checkpoint holds port 1 for a claim, and (when daemon) a control socket.
+type adminNode struct {
+	sim            *simnode.Node
+	repo, plugin   string
+	sample, socket string
+}
+
+func startAdminNode(t *testing.T, daemon bool) *adminNode {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &adminNode{sim: sim, repo: filepath.Join(sim.Root, "srv/fpga/bitstreams")}
+	base, err := os.MkdirTemp("", "adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	a.plugin = base
+	// The file an admin brings: outside the repository.
+	paths, err := program.WriteSimRepository(t.TempDir(), simnode.DefaultInterfaceID, []string{simnode.SampleAFUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.sample = paths[0]
+	repo, err := program.NewRepository(ctx, a.repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := cdi.NewWriter("fpga.dra.dev", "port", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := state.New(ctx, state.Config{
+		CheckpointPath: filepath.Join(a.plugin, "checkpoint.json"),
+		CDI:            writer, Repository: repo, Programmer: &program.SimProgrammer{}, Programmable: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanner := &discovery.Scanner{Root: sim.Root}
+	devices := func() *discovery.Result {
+		res, err := scanner.Scan()
+		if err != nil {
+			t.Error(err)
+		}
+		return res
+	}
+	h := state.Holder{UID: "claim-uid-1", Namespace: "team-a", Name: "inference"}
+	if _, err := st.Prepare(ctx, h, []state.DeviceRequest{{Device: "fpga-0000-02-00-0-p0"}}, devices()); err != nil {
+		t.Fatal(err)
+	}
+	if !daemon {
+		return a
+	}
+	a.socket = filepath.Join(a.plugin, "control.sock")
+	srv, err := control.Listen(ctx, a.socket, &control.Node{State: st, Devices: devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a
+}
+
+func (a *adminNode) flags() []string {
+	return []string{"--root", a.sim.Root, "--plugin-dir", a.plugin, "--bitstream-dir", a.repo, "--programmer", "sim"}
+}
+
+func TestAdminListAndProgram(t *testing.T) {
+	for _, daemon := range []bool{true, false} {
+		name := "offline"
+		if daemon {
+			name = "daemon"
+		}
+		t.Run(name, func(t *testing.T) {
+			a := startAdminNode(t, daemon)
+			listFlags := a.flags()[:4]
+			out, err := execute(t, newListCommand(), append(listFlags, "-o", "json")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var list control.DeviceList
+			if err := json.Unmarshal([]byte(out), &list); err != nil {
+				t.Fatalf("list -o json: %v\n%s", err, out)
+			}
+			if len(list.Devices) != 2 || list.Devices[0].Holder != nil || list.Devices[1].Holder == nil || list.Devices[1].Holder.Name != "inference" {
+				t.Fatalf("list: %+v", list.Devices)
+			}
+			if out, err := execute(t, newListCommand(), listFlags...); err != nil || !strings.Contains(out, "team-a/inference") {
+				t.Fatalf("list table does not show the holder (%v):\n%s", err, out)
+			}
+
+			// The held port is refused, naming the claim.
+			_, err = execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.1", "--bitstream", a.sample)...)
+			if err == nil || !strings.Contains(err.Error(), "inference") {
+				t.Fatalf("programming a held port: %v, want a refusal naming the claim", err)
+			}
+			// The free port is programmed from the repository copy.
+			out, err = execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", a.sample)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, simnode.SampleAFUID) || !strings.Contains(out, a.repo) {
+				t.Fatalf("program output:\n%s", out)
+			}
+			b, err := os.ReadFile(filepath.Join(a.sim.Cards[0].Ports[0].SysfsPath, "afu_id"))
+			if err != nil || strings.TrimSpace(string(b)) != simnode.SampleAFUID {
+				t.Fatalf("afu_id %q (%v)", b, err)
+			}
+			if _, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.7", "--bitstream", a.sample)...); err == nil {
+				t.Fatal("programming an unknown port succeeded")
+			}
+		})
+	}
+}
