@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,34 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 		}
 		loaded, _, _ := unstructured.NestedInt64(got.Object, "status", "loadedDevices")
 		return loaded > 0
+	})
+
+	// An update reaches the DeviceClass.
+	got, err := afs.Get(ctx, "nlb0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(got.Object, simnode.SecondAFUID, "spec", "afuID"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := afs.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "DeviceClass nlb0 selects the new AFU", 60*time.Second, func() bool {
+		dc, err := cluster.Client.ResourceV1().DeviceClasses().Get(ctx, "nlb0", metav1.GetOptions{})
+		return err == nil && len(dc.Spec.Selectors) > 0 && dc.Spec.Selectors[0].CEL != nil &&
+			strings.Contains(dc.Spec.Selectors[0].CEL.Expression, simnode.SecondAFUID)
+	})
+	// Deleting it removes its classes (owner references).
+	if err := afs.Delete(ctx, "nlb0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "DeviceClasses removed with their AcceleratorFunction", 60*time.Second, func() bool {
+		for _, n := range []string{"nlb0", "nlb0-program"} {
+			if _, err := cluster.Client.ResourceV1().DeviceClasses().Get(ctx, n, metav1.GetOptions{}); err == nil {
+				return false
+			}
+		}
+		return true
 	})
 }
