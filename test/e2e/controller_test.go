@@ -2,19 +2,23 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/webhook"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
@@ -128,4 +132,100 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Test9Webhook: the API server calls the controller's validating webhook
+// for claims that configure this driver; a bad FpgaConfig is refused at
+// creation with its field path, a good one and other drivers' claims pass.
+func Test9Webhook(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, caPEM, err := cluster.IssueServingCert("webhook", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	ctrl, err := cluster.StartController(ctx, filepath.Join(repo, "deployments/helm/fpga-dra-driver/crds"),
+		"--webhook=true", "--webhook-tls=files", "--webhook-cert-file", certFile, "--webhook-key-file", keyFile, "--webhook-address", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Stop(10 * time.Second) })
+	eventually(t, "webhook listening", 30*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	url := "https://" + addr + webhook.ValidatePath
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "fpga-dra-e2e"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "resourceclaims.fpga.dra.dev",
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             &none,
+			FailurePolicy:           &fail,
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"resourceclaims"}},
+			}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "configures-fpga-dra-dev",
+				Expression: `has(object.spec.devices) && has(object.spec.devices.config) && object.spec.devices.config.exists(c, has(c.opaque) && c.opaque.driver == "fpga.dra.dev")`,
+			}},
+		}},
+	}
+	if _, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), cfg.Name, metav1.DeleteOptions{})
+	})
+
+	ns := namespace(t, "e2e-webhook")
+	claim := func(name, driver, params string) error {
+		c := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{Name: "fpga", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "fpga.dra.dev"}}},
+				Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+					Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}},
+				}}},
+			}},
+		}
+		_, err := cluster.Client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+		return err
+	}
+	// The webhook may need a moment before the API server reaches it.
+	var err1 error
+	eventually(t, "the API server consults the webhook", 30*time.Second, func() bool {
+		err1 = claim("bad", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"not-an-id"}`)
+		return err1 != nil && strings.Contains(err1.Error(), "denied")
+	})
+	if !strings.Contains(err1.Error(), "spec.devices.config[0].opaque.parameters.afuID") {
+		t.Fatalf("refusal %q does not name the field path", err1)
+	}
+	if err := claim("unknown-field", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"`+simnode.SampleAFUID+`","programing":"Always"}`); err == nil || !strings.Contains(err.Error(), "programing") {
+		t.Fatalf("a misspelt field: %v, want a refusal naming it", err)
+	}
+	if err := claim("good", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"`+simnode.SampleAFUID+`"}`); err != nil {
+		t.Fatalf("a valid config was refused: %v", err)
+	}
+	if err := claim("other-driver", "gpu.example.com", `{"whatever":true}`); err != nil {
+		t.Fatalf("another driver's claim was refused: %v", err)
+	}
 }

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -162,8 +163,9 @@ func (n *FPGANode) Uevent(action, sysPath, subsystem string) error {
 }
 
 // StartController builds and runs fpga-dra-controller as a host process
-// (webhook off: its own tests cover it) after applying the CRDs from crdDir.
-func (c *Cluster) StartController(ctx context.Context, crdDir string) (*Process, error) {
+// after applying the CRDs from crdDir; extra flags are appended (the
+// webhook is off unless they turn it on).
+func (c *Cluster) StartController(ctx context.Context, crdDir string, extra ...string) (*Process, error) {
 	bin := filepath.Join(c.Dir, "fpga", "fpga-dra-controller")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fpga-dra-controller")
 	build.Dir = c.cfg.Repo
@@ -183,8 +185,19 @@ func (c *Cluster) StartController(ctx context.Context, crdDir string) (*Process,
 	if err := kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/acceleratorfunctions.fpga.dra.dev", "crd/fpgaregions.fpga.dra.dev"); err != nil {
 		return nil, err
 	}
-	return c.Start("fpga-dra-controller", bin, []string{
+	args := []string{
 		"--kubeconfig", c.AdminKubeconfig, "--namespace", "default", "--leader-elect=false",
 		"--webhook=false", "--http-address", "127.0.0.1:0",
-	}, nil)
+	}
+	return c.Start("fpga-dra-controller", bin, append(args, extra...), nil)
+}
+
+// IssueServingCert issues a serving certificate from the cluster's CA for
+// hosts and returns the certificate and key files and the CA bundle.
+func (c *Cluster) IssueServingCert(name string, hosts ...string) (certFile, keyFile string, caPEM []byte, err error) {
+	if err := c.pki.issue(name, name, nil, hosts...); err != nil {
+		return "", "", nil, err
+	}
+	caPEM, err = os.ReadFile(c.pki.path("ca.crt"))
+	return c.pki.path(name + ".crt"), c.pki.path(name + ".key"), caPEM, err
 }
