@@ -191,15 +191,7 @@ func (p *Plugin) poke() {
 
 func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
-	switch {
-	case res.Driver == discovery.DriverNone:
-		logger.Info("No FPGA kernel driver is loaded (neither sys/class/fpga nor sys/class/fpga_region exists below the root): advertising no devices", "root", p.cfg.Scanner.Root)
-	case len(res.Cards) == 0:
-		logger.Info("No usable FPGA card found", "kernelDriver", res.Driver)
-	}
-	for _, err := range res.Errors {
-		logger.Error(err, "FPGA card or port is not usable and is not advertised")
-	}
+	res.Report(logger, p.cfg.Scanner.Root)
 	inv, errs := inventory(res, p.cfg.Mode, p.cfg.State.Holders())
 	for _, err := range errs {
 		logger.Error(err, "FPGA device is not advertised")

@@ -154,15 +154,7 @@ func (d *Driver) RefreshDevices() { d.watcher.Refresh() }
 
 func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
-	switch {
-	case res.Driver == discovery.DriverNone:
-		logger.Info("No FPGA kernel driver is loaded (neither sys/class/fpga nor sys/class/fpga_region exists below the root): publishing no devices", "root", d.cfg.Scanner.Root)
-	case len(res.Cards) == 0:
-		logger.Info("No usable FPGA card found", "kernelDriver", res.Driver)
-	}
-	for _, err := range res.Errors {
-		logger.Error(err, "FPGA card or port is not usable and is not published")
-	}
+	res.Report(logger, d.cfg.Scanner.Root)
 	healthy := 0
 	for _, p := range res.Ports() {
 		if p.Health.Healthy {

@@ -224,3 +224,17 @@ func (w *Watcher) Start(ctx context.Context) (<-chan struct{}, error) {
 		return done, context.Cause(ctx)
 	}
 }
+
+// Report logs what an admin needs to know about a result: no kernel
+// driver below root, no usable card, and every card or port left out.
+func (r *Result) Report(logger klog.Logger, root string) {
+	switch {
+	case r.Driver == DriverNone:
+		logger.Info("No FPGA kernel driver is loaded (neither sys/class/fpga nor sys/class/fpga_region exists below the root): offering no devices", "root", root)
+	case len(r.Cards) == 0:
+		logger.Info("No usable FPGA card found", "kernelDriver", r.Driver)
+	}
+	for _, err := range r.Errors {
+		logger.Error(err, "FPGA card or port is not usable and is not offered")
+	}
+}
