@@ -69,7 +69,7 @@ demo-down:
 
 # End-to-end tests against a real local cluster (run by .ci/run after
 # `make test`).
-e2e:
+e2e: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
 	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -count=1 -timeout 20m -v ./test/e2e/...
 

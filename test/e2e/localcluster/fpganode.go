@@ -172,17 +172,10 @@ func (c *Cluster) StartController(ctx context.Context, crdDir string, extra ...s
 	if b, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build controller: %w\n%s", err, b)
 	}
-	kubectl := func(args ...string) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(c.cfg.BinDir, "kubectl"), append([]string{"--kubeconfig", c.AdminKubeconfig}, args...)...)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, b)
-		}
-		return nil
-	}
-	if err := kubectl("apply", "--server-side", "-f", crdDir); err != nil {
+	if err := c.kubectl(ctx, "apply", "--server-side", "-f", crdDir); err != nil {
 		return nil, err
 	}
-	if err := kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/acceleratorfunctions.fpga.dra.dev", "crd/fpgaregions.fpga.dra.dev"); err != nil {
+	if err := c.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/acceleratorfunctions.fpga.dra.dev", "crd/fpgaregions.fpga.dra.dev"); err != nil {
 		return nil, err
 	}
 	args := []string{

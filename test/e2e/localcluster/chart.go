@@ -1,0 +1,142 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+)
+
+// ChartNamespace is where InstallChart installs the chart.
+const ChartNamespace = "fpga-dra-driver"
+
+// Chart is the project's Helm chart installed the way users install it,
+// rendered with values for this cluster: the node daemon as a DaemonSet
+// pod on the simulated node of n, the controller as a Deployment.
+type Chart struct {
+	c        *Cluster
+	rendered string
+}
+
+// InstallChart imports the image archive into containerd, renders the
+// chart with helm (hack/helm.sh) and applies it, then waits until the
+// daemon's pod registered with the kubelet and published its slice. The
+// pods run in the host network namespace and reach the API server on
+// 127.0.0.1 (this cluster has no kube-proxy for the kubernetes Service).
+func (c *Cluster) InstallChart(ctx context.Context, n *FPGANode, imageArchive, imageRef string) (*Chart, error) {
+	ctr := exec.CommandContext(ctx, c.bin("ctr"), "--address", c.containerdSock, "-n", "k8s.io", "images", "import", "--all-platforms", imageArchive)
+	if b, err := ctr.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("import %s: %w\n%s", imageArchive, err, b)
+	}
+	repo, tag, _ := strings.Cut(imageRef, ":")
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	apiPort := strings.TrimPrefix(c.Server, "https://127.0.0.1:")
+	env := fmt.Sprintf(`
+    - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+    - {name: KUBERNETES_SERVICE_PORT, value: %q}`, apiPort)
+	values := fmt.Sprintf(`image:
+  repository: %s
+  tag: %q
+  pullPolicy: Never
+kubeletPlugin:
+  hostNetwork: true
+  kubeletDir: %s
+  cdiDir: %s
+  bitstreamDir: %s
+  healthcheckPort: %d
+  metricsPort: %d
+  simulation:
+    enabled: true
+    dir: %s
+    writeNode: false
+    programDelay: 1s
+  extraEnv:%s
+    - {name: UEVENT_SOURCE, value: "unix:%s"}
+controller:
+  hostNetwork: true
+  httpPort: %d
+  webhook:
+    enabled: false
+  extraEnv:%s
+`, repo, tag, c.KubeletRoot, c.CDIDir, filepath.Join(n.Root, "srv/fpga/bitstreams"), ports[0], ports[1], n.Root, env, n.uevents, ports[2], env)
+	valuesFile := filepath.Join(c.Dir, "chart-values.yaml")
+	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+		return nil, err
+	}
+	helm := exec.CommandContext(ctx, filepath.Join(c.cfg.Repo, "hack/helm.sh"), "template", "fpga-dra-driver",
+		filepath.Join(c.cfg.Repo, "deployments/helm/fpga-dra-driver"), "--namespace", ChartNamespace, "--include-crds", "--kube-version", "1.37.1", "-f", valuesFile)
+	helm.Dir = c.cfg.Repo
+	var stderr strings.Builder
+	helm.Stderr = &stderr
+	out, err := helm.Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
+	}
+	ch := &Chart{c: c, rendered: filepath.Join(c.Dir, "chart-rendered.yaml")}
+	if err := os.WriteFile(ch.rendered, out, 0o644); err != nil {
+		return nil, err
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ChartNamespace}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return nil, err
+	}
+	if err := c.kubectl(ctx, "apply", "--server-side", "-f", ch.rendered); err != nil {
+		return nil, err
+	}
+	// The daemon's pod registered with the kubelet (its control socket is
+	// on the host, below the kubelet's directory) and published.
+	ctl := control.NewClient(filepath.Join(c.KubeletRoot, "plugins", DriverName, "control.sock"))
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		list, err := ctl.List(ctx)
+		if err == nil && list.Registered != nil && *list.Registered {
+			break
+		}
+		if time.Now().After(deadline) {
+			return ch, fmt.Errorf("the chart's driver pod did not register within 120s (%v); pods: %s", err, c.podSummary(ctx, ChartNamespace))
+		}
+		time.Sleep(250 * time.Millisecond) // polling another process
+	}
+	return ch, nil
+}
+
+// Uninstall deletes what InstallChart applied and waits until the
+// daemon's pod is gone.
+func (ch *Chart) Uninstall(ctx context.Context) error {
+	if err := ch.c.kubectl(ctx, "delete", "--wait=true", "--timeout=120s", "--ignore-not-found", "-f", ch.rendered); err != nil {
+		return err
+	}
+	return ch.c.kubectl(ctx, "delete", "namespace", ChartNamespace, "--wait=true", "--timeout=120s", "--ignore-not-found")
+}
+
+func (c *Cluster) kubectl(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig", c.AdminKubeconfig}, args...)...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+// podSummary describes a namespace's pods and their last events, for
+// error messages.
+func (c *Cluster) podSummary(ctx context.Context, ns string) string {
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range pods.Items {
+		out = append(out, fmt.Sprintf("%s %s [%s]", p.Name, p.Status.Phase, c.Events(ctx, ns, p.Name)))
+	}
+	return strings.Join(out, "; ")
+}
