@@ -68,10 +68,12 @@ demo-down:
 	$(GO) run ./test/e2e/demo down --dir $(DEMO_DIR)
 
 # End-to-end tests against a real local cluster (run by .ci/run after
-# `make test`).
+# `make test`), with the driver and controller installed from the Helm chart
+# from the image `make images` builds. One package at a time (-p 1): a
+# node's cgroups and device-plugin directory are the host's.
 e2e: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
-	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -count=1 -timeout 20m -v ./test/e2e/...
+	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
 
 clean:
 	rm -rf $(BIN) _output

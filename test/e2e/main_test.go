@@ -60,6 +60,18 @@ func TestMain(m *testing.M) {
 		if setupErr != nil {
 			return
 		}
+		// With the image `make images` built, the suite runs the driver
+		// and the controller as users do: installed from the Helm chart.
+		if archive, ref, ok := chartImage(repo); ok {
+			logf("installing the driver from the Helm chart with %s (%s)", ref, archive)
+			node.Stop()
+			node.UseChart(archive, ref)
+			if setupErr = node.Start(ctx); setupErr != nil {
+				return
+			}
+		} else {
+			logf("no image in _output/images (make images): the driver runs as a host process")
+		}
 		code = m.Run()
 		if code != 0 {
 			fmt.Printf("e2e: component logs are in %s\n", cluster.LogDir)

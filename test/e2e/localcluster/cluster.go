@@ -468,8 +468,8 @@ func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, tlsCfg *
 	})
 }
 
-// waitFor polls ok until it succeeds, the process exits, or the timeout.
-// Polling is how one waits for another process's readiness.
+// waitFor polls ok until it succeeds, the process (when not nil) exits, or
+// the timeout. Polling is how one waits for another process's readiness.
 func (c *Cluster) waitFor(ctx context.Context, p *Process, timeout time.Duration, ok func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
@@ -481,6 +481,9 @@ func (c *Cluster) waitFor(ctx context.Context, p *Process, timeout time.Duration
 			return fmt.Errorf("%s exited (%v); last log lines:\n%s", p.name, err, p.Tail(20))
 		}
 		if time.Now().After(deadline) {
+			if p == nil {
+				return fmt.Errorf("not ready after %s: %v", timeout, last)
+			}
 			return fmt.Errorf("%s not ready after %s: %v; last log lines:\n%s", p.name, timeout, last, p.Tail(20))
 		}
 		select {

@@ -33,7 +33,20 @@ type FPGANode struct {
 	proc    *Process
 	args    []string
 	c       *Cluster
+
+	// With a chart image, Start installs the Helm chart (the daemon as a
+	// DaemonSet pod, the controller as a Deployment) instead of running a
+	// host process.
+	chartArchive, chartRef string
+	chart                  *Chart
 }
+
+// UseChart makes Start install the driver from the Helm chart with the
+// image archive (reference ref), as users run it. Stop it first if it runs.
+func (n *FPGANode) UseChart(archive, ref string) { n.chartArchive, n.chartRef = archive, ref }
+
+// FromChart reports whether the driver runs from the Helm chart.
+func (n *FPGANode) FromChart() bool { return n.chartArchive != "" }
 
 // StartFPGANode builds the driver, writes a simulated node of four
 // single-port DFL cards (ports of cards 1 and 3 carry simnode.DefaultAFUID,
@@ -43,7 +56,8 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 	n := &FPGANode{Dir: filepath.Join(c.Dir, "fpga"), c: c}
 	n.Bin = filepath.Join(n.Dir, "fpga-dra-driver")
 	n.Root = filepath.Join(n.Dir, "node")
-	n.uevents = filepath.Join(n.Dir, "uevents.sock")
+	// Inside the simulated tree: the chart mounts the tree into the pod.
+	n.uevents = filepath.Join(n.Root, "uevents.sock")
 	build := exec.CommandContext(ctx, "go", "build", "-o", n.Bin, "./cmd/fpga-dra-driver")
 	build.Dir = c.cfg.Repo
 	if b, err := build.CombinedOutput(); err != nil {
@@ -78,27 +92,45 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 	return n, n.Start(ctx)
 }
 
-// Start runs the driver in DRA mode and waits until the kubelet registered
-// it and its ResourceSlice is published.
+// Start runs the driver in DRA mode (from the chart when UseChart was
+// called, else as a host process) and waits until the kubelet registered it
+// and its ResourceSlice is published.
 func (n *FPGANode) Start(ctx context.Context) error {
+	if n.FromChart() {
+		ch, err := n.c.InstallChart(ctx, n, n.chartArchive, n.chartRef)
+		n.chart = ch
+		if err != nil {
+			return err
+		}
+		return n.waitPublished(ctx, nil)
+	}
 	p, err := n.c.Start("fpga-dra-driver", n.Bin, append(n.args, "--mode=dra"), nil)
 	if err != nil {
 		return err
 	}
 	n.proc = p
-	ctl := control.NewClient(filepath.Join(n.c.KubeletRoot, "plugins", DriverName, "control.sock"))
-	if err := n.c.waitFor(ctx, p, 60*time.Second, func() error {
-		list, err := ctl.List(ctx)
-		if err != nil {
-			return err
-		}
-		if list.Registered == nil || !*list.Registered {
-			return fmt.Errorf("the kubelet has not registered the driver yet")
-		}
-		return nil
-	}); err != nil {
+	if err := n.c.waitFor(ctx, p, 60*time.Second, func() error { return n.registered(ctx) }); err != nil {
 		return err
 	}
+	return n.waitPublished(ctx, p)
+}
+
+// registered asks the daemon's control socket whether the kubelet
+// registered it.
+func (n *FPGANode) registered(ctx context.Context) error {
+	list, err := control.NewClient(filepath.Join(n.c.KubeletRoot, "plugins", DriverName, "control.sock")).List(ctx)
+	if err != nil {
+		return err
+	}
+	if list.Registered == nil || !*list.Registered {
+		return fmt.Errorf("the kubelet has not registered the driver yet")
+	}
+	return nil
+}
+
+// waitPublished waits for the driver's ResourceSlice (p: the host process
+// to watch for an early exit, nil for the chart's pod).
+func (n *FPGANode) waitPublished(ctx context.Context, p *Process) error {
 	return n.c.waitFor(ctx, p, 60*time.Second, func() error {
 		list, err := n.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.c.NodeName})
 		if err != nil {
@@ -137,13 +169,48 @@ func (n *FPGANode) StartDevicePlugin(ctx context.Context, resource string) error
 	})
 }
 
-// Stop ends the driver (SIGTERM).
-func (n *FPGANode) Stop() { n.proc.Stop(20 * time.Second) }
+// Stop ends the driver: the host process (SIGTERM), or uninstalls the chart.
+func (n *FPGANode) Stop() {
+	if n.proc != nil {
+		n.proc.Stop(20 * time.Second)
+		n.proc = nil
+	}
+	if n.chart != nil {
+		if err := n.chart.Uninstall(context.Background()); err != nil {
+			n.c.logf("uninstall chart: %v", err)
+		}
+		n.chart = nil
+	}
+}
 
-// Restart stops the driver (SIGTERM) and starts it again.
+// Restart stops the driver and starts it again: the host process, or the
+// chart's pod (deleted; the DaemonSet starts a new one).
 func (n *FPGANode) Restart(ctx context.Context) error {
-	n.proc.Stop(20 * time.Second)
-	return n.Start(ctx)
+	if n.chart == nil {
+		n.Stop()
+		return n.Start(ctx)
+	}
+	pods, err := n.c.Client.CoreV1().Pods(ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=kubeletplugin"})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if err := n.c.Client.CoreV1().Pods(ChartNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		if err := n.c.waitFor(ctx, nil, 60*time.Second, func() error {
+			if _, err := n.c.Client.CoreV1().Pods(ChartNamespace).Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+				return fmt.Errorf("driver pod %s still terminating", p.Name)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := n.c.waitFor(ctx, nil, 120*time.Second, func() error { return n.registered(ctx) }); err != nil {
+		return fmt.Errorf("%w; pods: %s", err, n.c.podSummary(ctx, ChartNamespace))
+	}
+	return n.waitPublished(ctx, nil)
 }
 
 // Uevent sends a kernel-format uevent about a sysfs path of the simulated

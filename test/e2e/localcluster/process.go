@@ -52,8 +52,12 @@ func (c *Cluster) Start(name, bin string, args []string, env []string) (*Process
 	return p, c.writePIDs()
 }
 
-// Exited reports whether the process has ended, with its error.
+// Exited reports whether the process has ended, with its error; a nil
+// process (a pod, not a process of this run) never has.
 func (p *Process) Exited() (bool, error) {
+	if p == nil {
+		return false, nil
+	}
 	select {
 	case <-p.done:
 		return true, p.err
