@@ -60,7 +60,7 @@ cluster-binaries:
 # simulated FPGA node, a workload whose claim programs a region, and what the
 # container sees. The cluster stays up; `make demo-down` ends it.
 DEMO_DIR ?= /tmp/fdra-demo
-demo:
+demo: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
 	$(GO) run ./test/e2e/demo up --bin "$$bin" --dir $(DEMO_DIR)
 

@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 		}
 		// With the image `make images` built, the suite runs the driver
 		// and the controller as users do: installed from the Helm chart.
-		if archive, ref, ok := chartImage(repo); ok {
+		if archive, ref, ok := localcluster.ChartImage(repo); ok {
 			logf("installing the driver from the Helm chart with %s (%s)", ref, archive)
 			node.Stop()
 			node.UseChart(archive, ref)

@@ -82,10 +82,19 @@ func up(dir, bin string) error {
 	if err != nil {
 		return err
 	}
-	step(2, "Starting fpga-dra-driver on a simulated node: 4 DFL cards, simulated partial reconfiguration")
-	_, err = c.StartFPGANode(ctx)
+	n, err := c.StartFPGANode(ctx)
 	if err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+	}
+	if archive, ref, ok := localcluster.ChartImage(repo); ok {
+		step(2, "Installing fpga-dra-driver from its Helm chart (%s): the node daemon on a simulated node of 4 DFL cards with simulated partial reconfiguration, and the controller", ref)
+		n.Stop()
+		n.UseChart(archive, ref)
+		if err := n.Start(ctx); err != nil {
+			return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+		}
+	} else {
+		step(2, "fpga-dra-driver runs as a host process on a simulated node of 4 DFL cards (no image: `make images` for the Helm chart)")
 	}
 	step(3, "The ResourceSlice the driver published (one device per FPGA port)")
 	if err := printSlice(ctx, c); err != nil {
