@@ -48,14 +48,20 @@ func temperature(dir string) (input, crit int64, ok bool) {
 // port's AFU ID from an earlier pass: while a port is being reprogrammed the
 // kernel answers EBUSY for afu_id, and the earlier value stands.
 func (l layout) check(c *Card, card Health, p *Port, prev string) {
-	p.Health = Health{Healthy: true}
 	d, err := openSysDir(p.Node.SysfsPath)
 	if err != nil {
 		p.AFUID = ""
+		p.Health = Health{}
 		p.Health.fail("port %s is gone: %v", p.Node.Name, err)
 		return
 	}
 	defer d.close()
+	l.checkIn(d, c, card, p, prev)
+}
+
+// checkIn is check on the port's open sysfs directory.
+func (l layout) checkIn(d sysDir, c *Card, card Health, p *Port, prev string) {
+	p.Health = Health{Healthy: true}
 	afu, err := d.readID("afu_id")
 	switch {
 	case errors.Is(err, syscall.EBUSY):

@@ -293,12 +293,11 @@ func (w *walker) read(p *cardPlan) {
 	}
 	card := p.cardHealth
 	for _, pp := range p.ports {
-		port, err := w.readPort(pp)
+		port, err := w.readPort(pp, p.card, card)
 		if err != nil {
 			p.portErrs = append(p.portErrs, err)
 			continue
 		}
-		w.l.check(p.card, card, port, "")
 		p.card.Ports = append(p.card.Ports, port)
 	}
 	sort.Slice(p.card.Ports, func(i, j int) bool {
@@ -398,7 +397,7 @@ func (w *walker) findFME(pciPath string) (string, error) {
 	return "", fmt.Errorf("no %s* below %s", w.l.fmePrefix, parent)
 }
 
-func (w *walker) readPort(pp portPlan) (*Port, error) {
+func (w *walker) readPort(pp portPlan, c *Card, card Health) (*Port, error) {
 	d, err := openSysDir(pp.dir)
 	if err != nil {
 		return nil, fmt.Errorf("port %s: %w", pp.dir, err)
@@ -416,13 +415,15 @@ func (w *walker) readPort(pp portPlan) (*Port, error) {
 	if err != nil {
 		return nil, fmt.Errorf("port %s: id %q is not a number", pp.dir, v)
 	}
-	return &Port{
+	p := &Port{
 		Node:            node,
 		ID:              id,
 		PCIAddress:      filepath.Base(pp.pciPath),
 		PCIPath:         pp.pciPath,
 		VirtualFunction: pp.vf,
-	}, nil
+	}
+	w.l.checkIn(d, c, card, p, "")
+	return p, nil
 }
 
 // devNode reads a device's dev attribute and names its /dev node.
