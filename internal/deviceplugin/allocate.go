@@ -85,20 +85,21 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	}
 
 	cr := &pluginapi.ContainerAllocateResponse{}
-	afuIDs := make([]string, len(ports))
+	envDevices := make([]cdi.Device, len(ports))
 	for i, port := range ports {
 		cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{ContainerPath: port.Node.Path, HostPath: port.Node.HostPath, Permissions: devicePermissions})
-		afuIDs[i] = port.AFUID
+		afuID := port.AFUID
 		if i < len(out.Devices) && out.Devices[i].AFUID != "" {
-			afuIDs[i] = out.Devices[i].AFUID
+			afuID = out.Devices[i].AFUID
 		}
+		envDevices[i] = cdi.NewDevice(cards[i], port, afuID)
 		if p.cfg.CDI && i < len(out.Devices) {
 			for _, id := range out.Devices[i].CDIDeviceIDs {
 				cr.CdiDevices = append(cr.CdiDevices, &pluginapi.CDIDevice{Name: id})
 			}
 		}
 	}
-	cr.Envs = containerEnv(ports, cards, afuIDs)
+	cr.Envs = cdi.ContainerEnv(envDevices)
 	if p.cfg.CDI && p.cfg.Mode == ModeRegion && p.cfg.HookDevice != "" {
 		cr.CdiDevices = append(cr.CdiDevices, &pluginapi.CDIDevice{Name: p.cfg.HookDevice})
 	}
@@ -160,23 +161,4 @@ func current(rec state.ClaimRecord, reqs []state.DeviceRequest, devs *discovery.
 		}
 	}
 	return true
-}
-
-// containerEnv is the environment the DRA path's CDI spec sets (see
-// package cdi), for ports[i] on cards[i] carrying afuIDs[i].
-func containerEnv(ports []*discovery.Port, cards []*discovery.Card, afuIDs []string) map[string]string {
-	paths := make([]string, len(ports))
-	ifIDs := make([]string, len(ports))
-	units := make([]string, len(ports))
-	for i, port := range ports {
-		paths[i] = port.Node.Path
-		ifIDs[i] = cards[i].InterfaceID
-		units[i] = port.PCIAddress
-	}
-	return map[string]string{
-		cdi.EnvPorts:            strings.Join(paths, ","),
-		cdi.EnvAFUIDs:           strings.Join(afuIDs, ","),
-		cdi.EnvInterfaceIDs:     strings.Join(ifIDs, ","),
-		cdi.EnvAcceleratorUnits: strings.Join(units, ","),
-	}
 }

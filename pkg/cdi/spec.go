@@ -35,7 +35,6 @@ func (w *Writer) buildSpec(claimUID string, devices []Device) (*cdispec.Spec, []
 	spec := &cdispec.Spec{Kind: w.vendor + "/" + w.class}
 	ids := make([]string, 0, len(devices))
 	seen := make(map[string]bool, len(devices))
-	var ports, afuIDs, interfaceIDs, units []string
 	for i, d := range devices {
 		if err := d.validate(); err != nil {
 			return nil, nil, fmt.Errorf("claim %s: device %d: %w", claimUID, i, err)
@@ -59,16 +58,10 @@ func (w *Writer) buildSpec(claimUID string, devices []Device) (*cdispec.Spec, []
 			},
 		})
 		ids = append(ids, w.deviceID(claimUID, d.name))
-		ports = append(ports, d.node.Path)
-		afuIDs = append(afuIDs, d.afuID)
-		interfaceIDs = append(interfaceIDs, d.interfaceID)
-		units = append(units, d.pciAddress)
 	}
-	spec.ContainerEdits.Env = []string{
-		env(EnvPorts, ports),
-		env(EnvAFUIDs, afuIDs),
-		env(EnvInterfaceIDs, interfaceIDs),
-		env(EnvAcceleratorUnits, units),
+	values := ContainerEnv(devices)
+	for _, name := range envNames {
+		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, name+"="+values[name])
 	}
 
 	version, err := cdispec.MinimumRequiredVersion(spec)
@@ -79,6 +72,24 @@ func (w *Writer) buildSpec(claimUID string, devices []Device) (*cdispec.Spec, []
 	return spec, ids, nil
 }
 
-func env(name string, values []string) string {
-	return name + "=" + strings.Join(values, ",")
+// envNames orders the variables in a spec.
+var envNames = []string{EnvPorts, EnvAFUIDs, EnvInterfaceIDs, EnvAcceleratorUnits}
+
+// ContainerEnv is the environment a container with devices gets: each
+// variable a comma-separated list in device order. The DRA path puts it
+// in the claim's CDI spec; the device-plugin path returns it from Allocate.
+func ContainerEnv(devices []Device) map[string]string {
+	var ports, afuIDs, interfaceIDs, units []string
+	for _, d := range devices {
+		ports = append(ports, d.node.Path)
+		afuIDs = append(afuIDs, d.afuID)
+		interfaceIDs = append(interfaceIDs, d.interfaceID)
+		units = append(units, d.pciAddress)
+	}
+	return map[string]string{
+		EnvPorts:            strings.Join(ports, ","),
+		EnvAFUIDs:           strings.Join(afuIDs, ","),
+		EnvInterfaceIDs:     strings.Join(interfaceIDs, ","),
+		EnvAcceleratorUnits: strings.Join(units, ","),
+	}
 }
