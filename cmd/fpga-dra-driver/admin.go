@@ -121,21 +121,12 @@ func newListCommand() *cobra.Command {
 }
 
 func offlineList(res *discovery.Result, holders map[string]*state.ClaimRecord) control.DeviceList {
-	list := control.DeviceList{Devices: []control.Device{}}
-	for _, c := range res.Cards {
-		for _, p := range c.Ports {
-			d := control.Device{
-				Name: p.DeviceName(), Node: p.Node.Path, Major: p.Node.Major, Minor: p.Node.Minor,
-				Card: c.PCIAddress, FME: c.FME.Name, PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
-				InterfaceID: c.InterfaceID, AFUID: p.AFUID, Healthy: p.Health.Healthy, Health: p.Health.String(),
-			}
-			if rec := holders[d.Name]; rec != nil {
-				d.Holder = &control.Holder{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
-			}
-			list.Devices = append(list.Devices, d)
+	return control.DeviceList{Devices: control.Devices(res, func(device string) *control.Holder {
+		if rec := holders[device]; rec != nil {
+			return &control.Holder{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
 		}
-	}
-	return list
+		return nil
+	})}
 }
 
 func orDash(s string) string {

@@ -103,23 +103,17 @@ func (n *Node) List(context.Context) (DeviceList, error) {
 	if devs == nil {
 		return list, nil
 	}
-	for _, c := range devs.Cards {
-		for _, p := range c.Ports {
-			d := Device{
-				Name: p.DeviceName(), Node: p.Node.Path, Major: p.Node.Major, Minor: p.Node.Minor,
-				Card: c.PCIAddress, FME: c.FME.Name, PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
-				InterfaceID: c.InterfaceID, AFUID: p.AFUID,
-				Healthy: p.Health.Healthy, Health: p.Health.String(),
-			}
-			if uid, ok := holders[d.Name]; ok {
-				d.Holder = &Holder{UID: string(uid)}
-				if rec, ok := n.State.Claim(uid); ok {
-					d.Holder.Namespace, d.Holder.Name = rec.Namespace, rec.Name
-				}
-			}
-			list.Devices = append(list.Devices, d)
+	list.Devices = Devices(devs, func(device string) *Holder {
+		uid, ok := holders[device]
+		if !ok {
+			return nil
 		}
-	}
+		h := &Holder{UID: string(uid)}
+		if rec, ok := n.State.Claim(uid); ok {
+			h.Namespace, h.Name = rec.Namespace, rec.Name
+		}
+		return h
+	})
 	return list, nil
 }
 
@@ -189,4 +183,23 @@ func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuI
 		}
 		return resp, nil
 	}
+}
+
+// Devices describes every port of a discovery result, with the holder
+// holder returns for its DRA device name (nil: free).
+func Devices(res *discovery.Result, holder func(device string) *Holder) []Device {
+	out := []Device{}
+	for _, c := range res.Cards {
+		for _, p := range c.Ports {
+			d := Device{
+				Name: p.DeviceName(), Node: p.Node.Path, Major: p.Node.Major, Minor: p.Node.Minor,
+				Card: c.PCIAddress, FME: c.FME.Name, PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
+				InterfaceID: c.InterfaceID, AFUID: p.AFUID,
+				Healthy: p.Health.Healthy, Health: p.Health.String(),
+				Holder: holder(p.DeviceName()),
+			}
+			out = append(out, d)
+		}
+	}
+	return out
 }
