@@ -36,12 +36,18 @@ func ReadID(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
+	return parseID(path, s)
+}
+
+// parseID canonicalises an ID attribute's content; where names the
+// attribute in errors.
+func parseID(where, s string) (string, error) {
 	if s == "" {
-		return "", fmt.Errorf("read %s: empty", path)
+		return "", fmt.Errorf("read %s: empty", where)
 	}
 	id, err := CanonicalID(s)
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
+		return "", fmt.Errorf("read %s: %w", where, err)
 	}
 	return id, nil
 }

@@ -357,13 +357,9 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 }
 
 // interfaceID reads the card's PR interface ID and names the file it came
-// from: DFL's compat_id files (found in the class directory, else below the
-// FME), or OPAE's pr/interface_id.
+// from: for DFL a compat_id file found in the class directory, else the
+// layout's attribute below the FME.
 func (w *walker) interfaceID(fme sysDir, files []string) (string, string, error) {
-	if w.l.driver == DriverOPAE {
-		id, err := fme.readID("pr/interface_id")
-		return id, filepath.Join(fme.path, "pr/interface_id"), err
-	}
 	if len(files) == 0 {
 		p, err := w.l.interfaceIDPath(fme.path)
 		if err != nil {

@@ -77,12 +77,5 @@ func (d sysDir) readID(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if s == "" {
-		return "", fmt.Errorf("read %s/%s: empty", d.path, name)
-	}
-	id, err := CanonicalID(s)
-	if err != nil {
-		return "", fmt.Errorf("read %s/%s: %w", d.path, name, err)
-	}
-	return id, nil
+	return parseID(d.path+"/"+name, s)
 }
