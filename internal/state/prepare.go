@@ -106,10 +106,7 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		}
 	}
 
-	recs := make([]DeviceRecord, len(plans))
-	for i, p := range plans {
-		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.afu, Programmed: p.program}
-	}
+	recs := records(plans)
 	devices, err := specDevices(recs, devs)
 	if err != nil {
 		return out, fmt.Errorf("claim %s: %w", h, err)
@@ -241,12 +238,20 @@ func orNone(afu string) string {
 	return afu
 }
 
-// record writes a claim's hold in the given phase. Caller holds mu.
-func (s *State) record(h Holder, phase ClaimPhase, plans []*plan) {
+// records are the checkpoint's account of what the plans decided.
+func records(plans []*plan) []DeviceRecord {
 	recs := make([]DeviceRecord, len(plans))
 	for i, p := range plans {
 		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.afu, Programmed: p.program}
-		s.holders[p.req.Device] = h.UID
+	}
+	return recs
+}
+
+// record writes a claim's hold in the given phase. Caller holds mu.
+func (s *State) record(h Holder, phase ClaimPhase, plans []*plan) {
+	recs := records(plans)
+	for _, r := range recs {
+		s.holders[r.Device] = h.UID
 	}
 	s.cp.Claims[string(h.UID)] = &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: phase, BootID: s.bootID, Devices: recs}
 	s.changed()
