@@ -140,15 +140,6 @@ func (c *Cluster) logf(format string, args ...any) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -213,10 +204,11 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	port, err := freePort()
+	ports, err := freePorts(1)
 	if err != nil {
 		return err
 	}
+	port := ports[0]
 	c.Server = fmt.Sprintf("https://127.0.0.1:%d", port)
 	pk := c.pki.path
 	p, err := c.Start("kube-apiserver", c.bin("kube-apiserver"), []string{
