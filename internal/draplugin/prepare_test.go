@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
@@ -233,7 +235,18 @@ func TestPrepareSecondClaimForHeldDevice(t *testing.T) {
 }
 
 func TestPrepare64ClaimsConcurrently(t *testing.T) {
-	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 64}})
+	// The gate holds every programming until two are in progress at once, so
+	// the test proves parallelism without depending on timing: a driver that
+	// programs one region at a time never opens it, and its claims fail when
+	// the prepare wait runs out.
+	gate := make(chan struct{})
+	var started atomic.Int32
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) {
+		if started.Add(1) == 2 {
+			close(gate)
+		}
+	}}
+	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 64}, programmer: sim})
 	dra := pn.draClient(t)
 	res := pn.driver.Devices()
 	var claims []*resourceapi.ResourceClaim
