@@ -42,6 +42,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseUevent -fuzztime $(FUZZTIME) ./pkg/discovery/
 	$(GO) test -run XXX -fuzz FuzzCanonicalID -fuzztime $(FUZZTIME) ./pkg/discovery/
 	$(GO) test -run XXX -fuzz FuzzScanAttributes -fuzztime $(FUZZTIME) ./pkg/discovery/
+	$(GO) test -run XXX -fuzz FuzzParseDirents -fuzztime $(FUZZTIME) ./pkg/discovery/
 	$(GO) test -run XXX -fuzz FuzzRegionRequests -fuzztime $(FUZZTIME) ./cmd/fpga-dra-driver/
 	$(GO) test -run XXX -fuzz FuzzParseGBS -fuzztime $(FUZZTIME) ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzParseAOCX -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/

@@ -23,7 +23,7 @@ func (l layout) cardHealth(c *Card, fme sysDir) Health {
 		}
 	}
 	if c.hwmon != "" {
-		if t, crit, ok := temperature(c.hwmon); ok && t >= crit {
+		if t, crit, ok := temperature(fme, c.hwmon); ok && t >= crit {
 			h.fail("card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, crit/1000)
 		}
 	}
@@ -31,10 +31,10 @@ func (l layout) cardHealth(c *Card, fme sysDir) Health {
 }
 
 // temperature reads an hwmon directory's temp1_input and temp1_crit
-// (millidegrees Celsius).
-func temperature(dir string) (input, crit int64, ok bool) {
-	in, err1 := readAttrAt(unix.AT_FDCWD, dir+"/temp1_input")
-	cr, err2 := readAttrAt(unix.AT_FDCWD, dir+"/temp1_crit")
+// (millidegrees Celsius), through fme's open directory when it lies below.
+func temperature(fme sysDir, dir string) (input, crit int64, ok bool) {
+	in, err1 := fme.readPath(dir + "/temp1_input")
+	cr, err2 := fme.readPath(dir + "/temp1_crit")
 	if err1 != nil || err2 != nil {
 		return 0, 0, false
 	}

@@ -78,14 +78,58 @@ var opaeLayout = layout{
 	},
 }
 
-// Scanner discovers cards below a root directory. It is cheap to construct;
-// Scan walks the tree and Refresh re-reads only the ID and health attributes
-// of an earlier result.
+// Scanner discovers cards below a root directory. Scan walks the tree;
+// Refresh re-reads only the ID and health attributes of an earlier result.
+//
+// A Scanner remembers, from one Scan to the next, what the kernel does not
+// change while a device exists: the class directory's link targets, PCI IDs
+// and NUMA node, device numbers, port ids, socket, port count, bitstream ID,
+// and where the interface ID and hwmon attributes live. It keys them by the
+// directory entry's path and the inode number its parent's listing reports;
+// sysfs gives a node that is removed and created again a new inode number,
+// so a device that went away and came back is read afresh. A rescan thus
+// lists the directories, as every scan does, and reads again only what can
+// change (AFU and interface IDs, error registers, temperature, device
+// nodes) plus everything of devices it has not seen before.
+//
+// Set Root and Force before the first Scan; the zero value of the rest is
+// ready, and the methods are safe for concurrent use.
 type Scanner struct {
 	// Root is the directory that holds sys/ and dev/ ("/" on a host).
 	Root string
 	// Force selects a kernel driver instead of detecting it; "" detects.
 	Force KernelDriver
+
+	mu    sync.Mutex
+	known *known
+}
+
+// known is what a scan learned that stays true while a device exists.
+type known struct {
+	links map[dirKey]string      // class directory entry -> link target
+	cards map[dirKey]*cardStatic // FME directory -> the card's fixed fields
+	ports map[dirKey]*portStatic // port directory -> the port's fixed fields
+}
+
+// dirKey identifies a directory entry across scans.
+type dirKey struct {
+	path string
+	ino  uint64
+}
+
+// cardStatic holds a card's fixed fields; Ports and InterfaceID are unset.
+// Values are never modified once stored in a known.
+type cardStatic struct {
+	card Card
+	// interfaceIDFile is the layout's interface-ID attribute, found when
+	// the class directory listed no PR region for the card.
+	interfaceIDFile string
+}
+
+// portStatic holds a port's fixed fields.
+type portStatic struct {
+	node DevNode
+	id   int
 }
 
 // Detect reports which kernel driver's class directory exists below the
@@ -120,41 +164,66 @@ func (s *Scanner) Scan() (*Result, error) {
 	default:
 		return nil, fmt.Errorf("kernel driver %q is not dfl, opae or none", res.Driver)
 	}
-	w := walker{root: s.Root, l: l}
+	s.mu.Lock()
+	old := s.known
+	s.mu.Unlock()
+	if old == nil {
+		old = &known{}
+	}
+	w := walker{root: s.Root, l: l, old: old, next: &known{
+		links: map[dirKey]string{},
+		cards: map[dirKey]*cardStatic{},
+		ports: map[dirKey]*portStatic{},
+	}}
 	if err := w.walk(res); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.known = w.next
+	s.mu.Unlock()
 	return res, nil
 }
 
 type walker struct {
 	root string
 	l    layout
+	// old is read by the workers and never written; next is written only
+	// by walk, before and after the workers run.
+	old, next *known
 }
 
 // cardPlan is what the listing pass learns about one card before any
-// attribute is read.
+// attribute is read, and what reading it produced.
 type cardPlan struct {
 	pciPath string
-	fmeDir  string // "" until found; findFME locates it for VF-only cards
+	// fme views the FME directory through its card's open directory; its
+	// path is "" until found (findFME locates it for VF-only cards).
+	fme    sysDir
+	fmeKey dirKey
 	// interfaceIDFiles are the PR regions' compat_id files (DFL) found in
 	// the class directory.
 	interfaceIDFiles []string
 	ports            []portPlan
-	card             *Card
-	cardHealth       Health
-	err              error
-	portErrs         []error
+
+	card       *Card
+	static     *cardStatic
+	cardHealth Health
+	err        error
+	portErrs   []error
 }
 
 type portPlan struct {
-	dir, pciPath string
-	vf           bool
+	dir     sysDir
+	key     dirKey
+	pciPath string
+	vf      bool
+	static  *portStatic
 }
 
 // walk lists the class directory and every card-level directory once
 // (sequential, a few system calls per card), then reads each card's
-// attributes in parallel: opening attribute files dominates the cost.
+// attributes in parallel through the card-level directory it keeps open:
+// opening attribute files dominates the cost.
 func (w *walker) walk(res *Result) error {
 	classDir := filepath.Join(w.root, w.l.classDir)
 	cd, err := openSysDir(classDir)
@@ -162,11 +231,11 @@ func (w *walker) walk(res *Result) error {
 		return fmt.Errorf("read %s class directory: %w", w.l.driver, err)
 	}
 	defer cd.close()
-	names, err := cd.names()
+	entries, err := cd.entries()
 	if err != nil {
 		return fmt.Errorf("read %s class directory: %w", w.l.driver, err)
 	}
-	sort.Strings(names)
+	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	plans := map[string]*cardPlan{}
 	var order []*cardPlan
 	plan := func(pciPath string) *cardPlan {
@@ -178,13 +247,23 @@ func (w *walker) walk(res *Result) error {
 		order = append(order, p)
 		return p
 	}
-	prRegions := map[string][]string{} // FME dir -> compat_id files
-	for _, name := range names {
-		target, err := readlinkAt(cd.fd, name)
-		if err != nil {
-			res.Errors = append(res.Errors, fmt.Errorf("resolve %s/%s: %w", classDir, name, err))
-			continue
+	var open []sysDir
+	defer func() {
+		for _, d := range open {
+			d.close()
 		}
+	}()
+	prRegions := map[string][]string{} // FME dir -> compat_id files
+	for _, e := range entries {
+		key := dirKey{path: classDir + "/" + e.name, ino: e.ino}
+		target, ok := w.old.links[key]
+		if !ok {
+			if target, err = readlinkAt(cd.fd, e.name); err != nil {
+				res.Errors = append(res.Errors, fmt.Errorf("resolve %s/%s: %w", classDir, e.name, err))
+				continue
+			}
+		}
+		w.next.links[key] = target
 		dir := filepath.Join(classDir, target)
 		if filepath.IsAbs(target) {
 			dir = filepath.Join(w.root, target)
@@ -201,50 +280,67 @@ func (w *walker) walk(res *Result) error {
 			res.Errors = append(res.Errors, err)
 			continue
 		}
-		children, err := d.names()
-		d.close()
+		children, err := d.entries()
 		if err != nil {
+			d.close()
 			res.Errors = append(res.Errors, err)
 			continue
 		}
-		sort.Strings(children)
-		var fme string
-		var ports []string
-		for _, c := range children {
+		sort.Slice(children, func(i, j int) bool { return children[i].name < children[j].name })
+		var fme *dirEntry
+		var ports []dirEntry
+		for i, c := range children {
 			switch {
-			case strings.HasPrefix(c, w.l.fmePrefix):
-				fme = filepath.Join(dir, c)
-			case strings.HasPrefix(c, w.l.portPrefix):
-				ports = append(ports, filepath.Join(dir, c))
+			case strings.HasPrefix(c.name, w.l.fmePrefix):
+				fme = &children[i]
+			case strings.HasPrefix(c.name, w.l.portPrefix):
+				ports = append(ports, c)
 			}
 		}
-		if fme == "" && len(ports) == 0 {
+		if fme == nil && len(ports) == 0 {
+			d.close()
 			continue // a PR-region directory, not a card
 		}
+		open = append(open, d)
 		// <pci function>/fpga_region/regionN or <pci function>/fpga/intel-fpga-dev.N
 		pciPath := filepath.Dir(filepath.Dir(dir))
-		if fme != "" {
-			plan(pciPath).fmeDir = fme
+		if fme != nil {
+			p := plan(pciPath)
+			p.fme = d.sub(fme.name)
+			p.fmeKey = dirKey{path: p.fme.path, ino: fme.ino}
 		}
-		for _, p := range ports {
-			if physfn, err := os.Readlink(filepath.Join(pciPath, "physfn")); err == nil {
-				pf := plan(filepath.Join(pciPath, physfn))
-				pf.ports = append(pf.ports, portPlan{dir: p, pciPath: pciPath, vf: true})
+		for _, c := range ports {
+			pp := portPlan{dir: d.sub(c.name), pciPath: pciPath}
+			pp.key = dirKey{path: pp.dir.path, ino: c.ino}
+			if fme != nil {
+				plan(pciPath).ports = append(plan(pciPath).ports, pp)
 				continue
 			}
-			if fme == "" {
-				res.Errors = append(res.Errors, fmt.Errorf("port %s: no FME in %s and no physfn link to a physical function", p, dir))
+			// A port with no FME beside it sits on an SR-IOV virtual
+			// function; the FME is on the physical function.
+			physfn, err := readlinkAt(unix.AT_FDCWD, filepath.Join(pciPath, "physfn"))
+			if err != nil {
+				res.Errors = append(res.Errors, fmt.Errorf("port %s: no FME in %s and no physfn link to a physical function", pp.dir.path, dir))
 				continue
 			}
-			pl := plan(pciPath)
-			pl.ports = append(pl.ports, portPlan{dir: p, pciPath: pciPath})
+			pp.vf = true
+			pf := plan(filepath.Join(pciPath, physfn))
+			pf.ports = append(pf.ports, pp)
 		}
 	}
 	for _, p := range order {
-		p.interfaceIDFiles = prRegions[p.fmeDir]
+		p.interfaceIDFiles = prRegions[p.fme.path]
 	}
 	w.readAll(order)
 	for _, p := range order {
+		if p.static != nil && p.fmeKey.ino != 0 {
+			w.next.cards[p.fmeKey] = p.static
+		}
+		for _, pp := range p.ports {
+			if pp.static != nil {
+				w.next.ports[pp.key] = pp.static
+			}
+		}
 		if p.err != nil {
 			res.Errors = append(res.Errors, p.err)
 			continue
@@ -292,8 +388,8 @@ func (w *walker) read(p *cardPlan) {
 		return
 	}
 	card := p.cardHealth
-	for _, pp := range p.ports {
-		port, err := w.readPort(pp, p.card, card)
+	for i := range p.ports {
+		port, err := w.readPort(&p.ports[i], p.card, card)
 		if err != nil {
 			p.portErrs = append(p.portErrs, err)
 			continue
@@ -309,22 +405,60 @@ func (w *walker) read(p *cardPlan) {
 	})
 }
 
+// readCard reads a card's fixed fields unless an earlier scan knows them,
+// then its interface ID and health.
 func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 	addr := filepath.Base(p.pciPath)
-	if p.fmeDir == "" {
+	fme := p.fme
+	if fme.path == "" {
+		dir, err := w.findFME(p.pciPath)
+		if err != nil {
+			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
+		}
+		if fme, err = openSysDir(dir); err != nil {
+			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
+		}
+		defer fme.close()
+	}
+	st, ok := w.old.cards[p.fmeKey]
+	if !ok || p.fmeKey.ino == 0 {
 		var err error
-		if p.fmeDir, err = w.findFME(p.pciPath); err != nil {
+		if st, err = w.readCardStatic(p, fme); err != nil {
 			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
 		}
 	}
-	c := &Card{Driver: w.l.driver, PCIAddress: addr, PCIPath: p.pciPath, NUMANode: -1}
-	fme, err := openSysDir(p.fmeDir)
-	if err != nil {
-		return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
+	file := st.interfaceIDFile
+	if len(p.interfaceIDFiles) > 0 {
+		file = p.interfaceIDFiles[0]
+	} else if file == "" {
+		var err error
+		if file, err = w.l.interfaceIDPath(fme.path); err != nil {
+			return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
+		}
+		found := *st
+		found.interfaceIDFile = file
+		st = &found
 	}
-	defer fme.close()
+	p.static = st
+	c := st.card
+	id, err := fme.readPath(file)
+	if err == nil {
+		id, err = parseID(file, id)
+	}
+	if err != nil {
+		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
+	}
+	c.InterfaceID, c.interfaceIDFile = id, file
+	return &c, w.l.cardHealth(&c, fme), nil
+}
+
+// readCardStatic reads the fields of a card that do not change while its
+// FME exists.
+func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, error) {
+	c := Card{Driver: w.l.driver, PCIAddress: filepath.Base(p.pciPath), PCIPath: p.pciPath, NUMANode: -1}
+	var err error
 	if c.FME, err = w.devNode(fme); err != nil {
-		return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
+		return nil, err
 	}
 	if v, err := fme.read("socket_id"); err == nil {
 		c.SocketID, _ = strconv.Atoi(v)
@@ -333,15 +467,9 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		c.PortsNum, _ = strconv.Atoi(v)
 	}
 	c.BitstreamID, _ = fme.read("bitstream_id")
-	if hw, err := openSysDir(filepath.Join(p.fmeDir, "hwmon")); err == nil {
-		if names, err := hw.names(); err == nil && len(names) > 0 {
-			sort.Strings(names)
-			c.hwmon = filepath.Join(hw.path, names[0])
-		}
-		hw.close()
-	}
-	if c.InterfaceID, c.interfaceIDFile, err = w.interfaceID(fme, p.interfaceIDFiles); err != nil {
-		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
+	if names, err := fme.sub("hwmon").names(); err == nil && len(names) > 0 {
+		sort.Strings(names)
+		c.hwmon = fme.path + "/hwmon/" + names[0]
 	}
 	if pci, err := openSysDir(p.pciPath); err == nil {
 		c.VendorID, _ = pci.read("vendor")
@@ -353,22 +481,7 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		}
 		pci.close()
 	}
-	return c, w.l.cardHealth(c, fme), nil
-}
-
-// interfaceID reads the card's PR interface ID and names the file it came
-// from: for DFL a compat_id file found in the class directory, else the
-// layout's attribute below the FME.
-func (w *walker) interfaceID(fme sysDir, files []string) (string, string, error) {
-	if len(files) == 0 {
-		p, err := w.l.interfaceIDPath(fme.path)
-		if err != nil {
-			return "", "", err
-		}
-		files = []string{p}
-	}
-	id, err := ReadID(files[0])
-	return id, files[0], err
+	return &cardStatic{card: c}, nil
 }
 
 // findFME locates the FME below a physical function's PCI directory, for a
@@ -393,32 +506,34 @@ func (w *walker) findFME(pciPath string) (string, error) {
 	return "", fmt.Errorf("no %s* below %s", w.l.fmePrefix, parent)
 }
 
-func (w *walker) readPort(pp portPlan, c *Card, card Health) (*Port, error) {
-	d, err := openSysDir(pp.dir)
-	if err != nil {
-		return nil, fmt.Errorf("port %s: %w", pp.dir, err)
+// readPort reads a port's fixed fields unless an earlier scan knows them,
+// then its AFU ID and health.
+func (w *walker) readPort(pp *portPlan, c *Card, card Health) (*Port, error) {
+	st, ok := w.old.ports[pp.key]
+	if !ok {
+		node, err := w.devNode(pp.dir)
+		if err != nil {
+			return nil, fmt.Errorf("port %s: %w", pp.dir.path, err)
+		}
+		v, err := pp.dir.read("id")
+		if err != nil {
+			return nil, fmt.Errorf("port %s: %w", pp.dir.path, err)
+		}
+		id, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("port %s: id %q is not a number", pp.dir.path, v)
+		}
+		st = &portStatic{node: node, id: id}
 	}
-	defer d.close()
-	node, err := w.devNode(d)
-	if err != nil {
-		return nil, fmt.Errorf("port %s: %w", pp.dir, err)
-	}
-	v, err := d.read("id")
-	if err != nil {
-		return nil, fmt.Errorf("port %s: %w", pp.dir, err)
-	}
-	id, err := strconv.Atoi(v)
-	if err != nil {
-		return nil, fmt.Errorf("port %s: id %q is not a number", pp.dir, v)
-	}
+	pp.static = st
 	p := &Port{
-		Node:            node,
-		ID:              id,
+		Node:            st.node,
+		ID:              st.id,
 		PCIAddress:      filepath.Base(pp.pciPath),
 		PCIPath:         pp.pciPath,
 		VirtualFunction: pp.vf,
 	}
-	w.l.checkIn(d, c, card, p, "")
+	w.l.checkIn(pp.dir, c, card, p, "")
 	return p, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -242,16 +243,36 @@ func TestRefresh(t *testing.T) {
 	}
 }
 
+// BenchmarkDiscover measures the daemon's rescan (on a hot-plug uevent):
+// a Scanner that has scanned the node before lists every directory again
+// and re-reads what can change. BenchmarkDiscoverCold measures the first
+// scan after the daemon starts, which reads every attribute.
 func BenchmarkDiscover(b *testing.B) {
+	benchmarkDiscover(b, func(root string) *discovery.Scanner {
+		s := &discovery.Scanner{Root: root}
+		if _, err := s.Scan(); err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}, func(s *discovery.Scanner) *discovery.Scanner { return s })
+}
+
+func BenchmarkDiscoverCold(b *testing.B) {
+	benchmarkDiscover(b, func(root string) *discovery.Scanner {
+		return &discovery.Scanner{Root: root}
+	}, func(s *discovery.Scanner) *discovery.Scanner { return &discovery.Scanner{Root: s.Root} })
+}
+
+func benchmarkDiscover(b *testing.B, first func(root string) *discovery.Scanner, each func(*discovery.Scanner) *discovery.Scanner) {
 	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
 		for _, cards := range []int{8, 64} {
 			b.Run(fmt.Sprintf("%s-%d", drv, cards), func(b *testing.B) {
 				n := writeNode(b, simnode.Options{Driver: drv, Cards: cards, PortsPerCard: 1})
-				s := &discovery.Scanner{Root: n.Root}
+				s := first(n.Root)
 				b.ReportAllocs()
 				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					res, err := s.Scan()
+				for b.Loop() {
+					res, err := each(s).Scan()
 					if err != nil || len(res.Cards) != cards {
 						b.Fatalf("scan: %v, %d cards", err, len(res.Cards))
 					}
@@ -317,4 +338,97 @@ func TestCardHealthErrorsAndTemperature(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRescanMatchesColdScan changes what can change without a hot-plug
+// event and checks that a Scanner that has scanned before reports exactly
+// what a new one does.
+func TestRescanMatchesColdScan(t *testing.T) {
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		t.Run(string(drv), func(t *testing.T) {
+			n := writeNode(t, simnode.Options{Driver: drv, Cards: 3, PortsPerCard: 2, VF: drv == discovery.DriverDFL})
+			s := &discovery.Scanner{Root: n.Root}
+			if _, err := s.Scan(); err != nil {
+				t.Fatal(err)
+			}
+			c0, c1 := n.Cards[0], n.Cards[1]
+			steps := []struct {
+				name   string
+				change func() error
+			}{
+				{"afu id", func() error { return n.SetAFUID(c0.Ports[1], simnode.SecondAFUID) }},
+				{"port errors", func() error { return n.SetPortErrors(c1.Ports[0], "0x4") }},
+				{"fme errors", func() error { return n.SetFMEErrors(c1, "0x1") }},
+				{"temperature", func() error { return n.SetTemperature(c0, 120000) }},
+				{"interface id", func() error { return n.SetInterfaceID(c0, simnode.SecondAFUID) }},
+				{"device node", func() error { return n.RemoveDevNode(c1.Ports[1]) }},
+				{"hot-plug", func() error { _, err := n.AddCard(); return err }},
+				{"unplug", func() error { return n.RemoveCard(n.Cards[2]) }},
+			}
+			for _, step := range steps {
+				if err := step.change(); err != nil {
+					t.Fatalf("%s: %v", step.name, err)
+				}
+				warm, err := s.Scan()
+				if err != nil {
+					t.Fatalf("%s: rescan: %v", step.name, err)
+				}
+				if cold := scan(t, n.Root); !reflect.DeepEqual(warm, cold) {
+					t.Fatalf("after %s the rescan differs from a new scan:\nrescan %s\nnew    %s", step.name, describe(warm), describe(cold))
+				}
+			}
+		})
+	}
+}
+
+// TestRescanReadsRecreatedDevice checks the rescan's contract on fixed
+// fields: they are read again when the device's directory is created anew
+// (a new inode, as sysfs gives a device that was removed and added), and
+// only then.
+func TestRescanReadsRecreatedDevice(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
+	s := &discovery.Scanner{Root: n.Root}
+	if _, err := s.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	dir := n.Cards[0].Ports[0].SysfsPath
+	// Rewriting a fixed attribute in place is not something the kernel
+	// does; the rescan keeps what it knows.
+	if err := os.WriteFile(filepath.Join(dir, "dev"), []byte("511:99\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Cards[0].Ports[0].Node.Minor; got == 99 {
+		t.Fatalf("rescan re-read the fixed dev attribute of an unchanged port")
+	}
+	// The same port removed and added again: a new directory.
+	moved := dir + ".old"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(dir, os.DirFS(moved)); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Cards[0].Ports[0].Node.Minor; got != 99 {
+		t.Fatalf("re-created port has minor %d, want 99 from its new dev attribute", got)
+	}
+}
+
+func describe(r *discovery.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "errors %v;", r.Errors)
+	for _, c := range r.Cards {
+		fmt.Fprintf(&b, " %+v", *c)
+		for _, p := range c.Ports {
+			fmt.Fprintf(&b, " %+v", *p)
+		}
+	}
+	return b.String()
 }

@@ -1,0 +1,82 @@
+package discovery
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"testing"
+)
+
+// TestEntriesMatchReadDir lists a directory through getdents64 and
+// compares names and inode numbers with what stat reports.
+func TestEntriesMatchReadDir(t *testing.T) {
+	dir := t.TempDir()
+	var want []string
+	for _, name := range []string{"dfl-fme.0", "dfl-port.0", "a-much-longer-name-that-needs-more-padding", "x"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, name)
+	}
+	d, err := openSysDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	got, err := d.entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i].name < got[j].name })
+	sort.Strings(want)
+	if len(got) != len(want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+	for i, e := range got {
+		fi, err := os.Stat(filepath.Join(dir, want[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.name != want[i] || e.ino != fi.Sys().(*syscall.Stat_t).Ino {
+			t.Errorf("entry %d is %+v, want %s with inode %d", i, e, want[i], fi.Sys().(*syscall.Stat_t).Ino)
+		}
+	}
+	// A view lists its child through the parent's descriptor.
+	if err := os.WriteFile(filepath.Join(dir, "x", "temp1_input"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names, err := d.sub("x").names()
+	if err != nil || len(names) != 1 || names[0] != "temp1_input" {
+		t.Fatalf("sub view names %v, %v", names, err)
+	}
+}
+
+// dirent encodes one linux_dirent64 record, padded to 8 bytes.
+func dirent(ino uint64, name string) []byte {
+	reclen := (19 + len(name) + 1 + 7) &^ 7
+	b := make([]byte, reclen)
+	binary.NativeEndian.PutUint64(b[0:8], ino)
+	binary.NativeEndian.PutUint16(b[16:18], uint16(reclen))
+	copy(b[19:], name)
+	return b
+}
+
+func FuzzParseDirents(f *testing.F) {
+	f.Add(bytes.Join([][]byte{dirent(1, "."), dirent(2, ".."), dirent(7, "dfl-port.0")}, nil))
+	f.Add(dirent(3, "region1")[:20])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		entries := parseDirents(b, nil)
+		if len(entries) > len(b)/20 {
+			t.Fatalf("%d entries from %d bytes", len(entries), len(b))
+		}
+		for _, e := range entries {
+			if e.name == "" || e.name == "." || e.name == ".." || bytes.IndexByte([]byte(e.name), 0) >= 0 {
+				t.Fatalf("bad entry %q", e.name)
+			}
+		}
+	})
+}
