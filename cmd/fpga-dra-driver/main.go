@@ -29,7 +29,7 @@ func newRootCommand() *cobra.Command {
 	}
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand(),
-		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand())
+		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand())
 	return root
 }
 

@@ -26,6 +26,10 @@ type Chart struct {
 	rendered string
 }
 
+// HookDir is the host directory the chart installs the region programming
+// hook into.
+func (c *Cluster) HookDir() string { return filepath.Join(c.Dir, "hook") }
+
 // InstallChart imports the image archive into containerd, renders the
 // chart with helm (hack/helm.sh) and applies it, then waits until the
 // daemon's pod registered with the kubelet and published its slice. The
@@ -56,6 +60,9 @@ kubeletPlugin:
   bitstreamDir: %s
   healthcheckPort: %d
   metricsPort: %d
+  hook:
+    install: true
+    hostDir: %s
   simulation:
     enabled: true
     dir: %s
@@ -69,7 +76,7 @@ controller:
   webhook:
     enabled: false
   extraEnv:%s
-`, repo, tag, c.KubeletRoot, c.CDIDir, filepath.Join(n.Root, "srv/fpga/bitstreams"), ports[0], ports[1], n.Root, env, n.uevents, ports[2], env)
+`, repo, tag, c.KubeletRoot, c.CDIDir, filepath.Join(n.Root, "srv/fpga/bitstreams"), ports[0], ports[1], c.HookDir(), n.Root, env, n.uevents, ports[2], env)
 	valuesFile := filepath.Join(c.Dir, "chart-values.yaml")
 	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
 		return nil, err
@@ -106,6 +113,10 @@ controller:
 			return ch, fmt.Errorf("the chart's driver pod did not register within 120s (%v); pods: %s", err, c.podSummary(ctx, ChartNamespace))
 		}
 		time.Sleep(250 * time.Millisecond) // polling another process
+	}
+	// The init container put the region programming hook on the host.
+	if fi, err := os.Stat(filepath.Join(c.HookDir(), "fpga-dra-driver")); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		return ch, fmt.Errorf("the chart's install-hook init container left no executable hook in %s (%v)", c.HookDir(), err)
 	}
 	return ch, nil
 }

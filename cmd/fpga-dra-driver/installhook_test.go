@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestInstallHook(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "opt", "bin")
+	out, err := execute(t, newRootCommand(), "install-hook", "--dir", dir)
+	if err != nil {
+		t.Fatalf("install-hook: %v\n%s", err, out)
+	}
+	installed := filepath.Join(dir, hookBinaryName)
+	if !strings.Contains(out, "installed "+installed) {
+		t.Fatalf("output %q does not name %s", out, installed)
+	}
+	self, _ := os.Executable()
+	want, _ := os.ReadFile(self)
+	got, err := os.ReadFile(installed)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("installed file differs from this program (%v)", err)
+	}
+	if fi, _ := os.Stat(installed); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("installed with mode %v, want 0755", fi.Mode().Perm())
+	}
+	// Again: nothing to do.
+	if out, err := execute(t, newRootCommand(), "install-hook", "--dir", dir); err != nil || !strings.Contains(out, "up to date") {
+		t.Fatalf("second install-hook: %v, %q", err, out)
+	}
+	// An older program is replaced, not written into.
+	if err := os.WriteFile(installed, []byte("old"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.Open(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if out, err := execute(t, newRootCommand(), "install-hook", "--dir", dir); err != nil || !strings.Contains(out, "installed") {
+		t.Fatalf("install over an old hook: %v, %q", err, out)
+	}
+	var b [3]byte
+	if n, _ := old.ReadAt(b[:], 0); string(b[:n]) != "old" {
+		t.Fatalf("the old hook's open file changed to %q: it was written in place", b[:n])
+	}
+	if _, err := execute(t, newRootCommand(), "install-hook"); err == nil || !strings.Contains(err.Error(), "dir") {
+		t.Fatalf("install-hook without --dir: %v", err)
+	}
+}
