@@ -259,18 +259,35 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 }
 
 // TestSimulatedManifest checks that the simulated variant reads the tree
-// its init container writes, with the simulated programmer.
+// its init container writes, with the simulated programmer, and that the
+// hook the runtime runs is where the daemon's hook spec will name it.
 func TestSimulatedManifest(t *testing.T) {
 	objs := decodeFile(t, "manifests/fpga-dra-driver-simulated.yaml")
 	ds := findOne[*appsv1.DaemonSet](t, objs, "")
 	spec := ds.Spec.Template.Spec
-	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Args[0] != "simulate" {
-		t.Fatalf("init containers = %+v, want the simulate command", spec.InitContainers)
+	inits := map[string]corev1.Container{}
+	for _, c := range spec.InitContainers {
+		inits[c.Name] = c
+	}
+	sim, ok := inits["simulate"]
+	if !ok || len(inits) != 2 || sim.Args[0] != "simulate" {
+		t.Fatalf("init containers = %+v, want simulate and install-hook", spec.InitContainers)
 	}
 	root, _ := env(spec.Containers[0], "FPGA_ROOT")
 	programmer, _ := env(spec.Containers[0], "PROGRAMMER")
-	if !slices.Contains(spec.InitContainers[0].Args, "--dir="+root.Value) || programmer.Value != "sim" {
-		t.Errorf("FPGA_ROOT %q, PROGRAMMER %q, simulate args %v", root.Value, programmer.Value, spec.InitContainers[0].Args)
+	if !slices.Contains(sim.Args, "--dir="+root.Value) || programmer.Value != "sim" {
+		t.Errorf("FPGA_ROOT %q, PROGRAMMER %q, simulate args %v", root.Value, programmer.Value, sim.Args)
+	}
+	hook := inits["install-hook"]
+	hookPath, _ := env(spec.Containers[0], "HOOK_PATH")
+	if len(hook.VolumeMounts) != 1 || !slices.Contains(hook.Args, "--dir="+hook.VolumeMounts[0].MountPath) ||
+		hookPath.Value != hook.VolumeMounts[0].MountPath+"/fpga-dra-driver" {
+		t.Errorf("install-hook %v mounts %v; HOOK_PATH %q", hook.Args, hook.VolumeMounts, hookPath.Value)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == hook.VolumeMounts[0].Name && (v.HostPath == nil || v.HostPath.Path != hook.VolumeMounts[0].MountPath) {
+			t.Errorf("hook volume %+v is not the host directory %s", v, hook.VolumeMounts[0].MountPath)
+		}
 	}
 }
 
