@@ -40,6 +40,7 @@ type runFlags struct {
 	mode, devicePluginMode           string
 	devicePluginsDir, resourceDomain string
 	controlSocket, hookPath          string
+	podResourcesSocket               string
 	cdi                              bool
 	// Operations.
 	ueventSource, metricsAddress, livenessAddress, unhealthyEffect string
@@ -81,6 +82,7 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.resourceDomain, "resource-domain", envOr("RESOURCE_DOMAIN", deviceplugin.DefaultDomain), "domain of the device-plugin resource names; fpga.intel.com keeps the Intel FPGA device plugin's names [$RESOURCE_DOMAIN]")
 	fs.BoolVar(&f.cdi, "cdi", envOr("CDI", "true") == "true", "device-plugin mode: also hand out CDI devices (and, in region mode, the programming hook) in Allocate [$CDI]")
 	fs.StringVar(&f.controlSocket, "control-socket", envOr("CONTROL_SOCKET", ""), "local control socket (programming hook, admin); <plugin-dir>/control.sock when empty [$CONTROL_SOCKET]")
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", envOr("POD_RESOURCES_SOCKET", deviceplugin.DefaultPodResourcesSocket), "the kubelet's pod-resources socket: in DRA mode, device-plugin holds left from an earlier mode are released once it lists no container with their ports [$POD_RESOURCES_SOCKET]")
 	fs.StringVar(&f.hookPath, "hook-path", envOr("HOOK_PATH", ""), "this program's path on the host, run by the container runtime as the region programming hook; this process's executable when empty [$HOOK_PATH]")
 	fs.StringVar(&f.ueventSource, "uevent-source", envOr("UEVENT_SOURCE", "netlink"), "where hot-plug uevents come from: netlink (the kernel), unix:PATH (a datagram socket a simulated node sends to) or none (full rescans every refresh interval) [$UEVENT_SOURCE]")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ""), "serve Prometheus /metrics on this address (e.g. :9400); off when empty [$METRICS_ADDRESS]")
@@ -174,6 +176,7 @@ func run(ctx context.Context, f runFlags) error {
 		if f.livenessAddress != "" {
 			serveLiveness(ctx, f.livenessAddress, d)
 		}
+		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices)
 	}
 	ctl, err := control.Listen(ctx, f.controlSocket, &control.Node{
 		State:      st.state,

@@ -19,7 +19,10 @@ import (
 // so a legacy hold is never released by an event; instead, because the
 // kubelet only allocates devices it considers free, a later Allocate of any
 // of its ports supersedes it (the old holder is unprepared, its CDI spec
-// removed). A DRA claim's hold is never superseded.
+// removed). A DRA claim's hold is never superseded. On a node that has
+// switched to DRA, where no Allocate comes, ReleaseStaleHolds releases a
+// legacy hold once the kubelet's pod-resources API lists no container with
+// its ports (stale.go).
 //
 // A legacy holder is
 //

@@ -1,0 +1,180 @@
+package deviceplugin_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// podResources is the kubelet's pod-resources service as a test serves
+// it: the pods it lists are set by the test.
+type podResources struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	mu    sync.Mutex
+	pods  []*podresourcesv1.PodResources
+	err   error
+	calls int
+	// listed, when not nil, receives a value after each List.
+	listed chan struct{}
+}
+
+func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if p.listed != nil {
+		defer func() { p.listed <- struct{}{} }()
+	}
+	return &podresourcesv1.ListPodResourcesResponse{PodResources: p.pods}, p.err
+}
+
+func (p *podResources) set(err error, pods ...*podresourcesv1.PodResources) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods, p.err = pods, err
+}
+
+func pod(name, resource string, ids ...string) *podresourcesv1.PodResources {
+	return &podresourcesv1.PodResources{Name: name, Namespace: "default", Containers: []*podresourcesv1.ContainerResources{{
+		Name:    "c",
+		Devices: []*podresourcesv1.ContainerDevices{{ResourceName: resource, DeviceIds: ids}},
+	}}}
+}
+
+// servePodResources serves p on a unix socket in dir and returns the
+// socket and a client of it.
+func servePodResources(t *testing.T, dir string, p *podResources) (string, podresourcesv1.PodResourcesListerClient) {
+	t.Helper()
+	socket := filepath.Join(dir, "pr.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, p)
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return socket, podresourcesv1.NewPodResourcesListerClient(conn)
+}
+
+// TestReleaseStale: legacy holds from Allocate calls are released once the
+// kubelet's pod-resources API lists no container with their ports, and a
+// DRA claim can then prepare the port.
+func TestReleaseStale(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{cdi: true})
+	regs := n.kubelet.waitRegistrations(t, 2)
+	r0, r1 := intelDomain+"/"+fixtureAF0, intelDomain+"/"+fixtureAF1
+	if _, err := allocate(t, n.client(t, regs[r0]), "dfl-port.0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := allocate(t, n.client(t, regs[r1]), "dfl-port.1"); err != nil {
+		t.Fatal(err)
+	}
+	n.plugin.Stop() // the node now serves DRA
+	const p0, p1 = "fpga-0000-01-00-0-p0", "fpga-0000-02-00-0-p0"
+	h0, h1 := types.UID("deviceplugin-af-"+p0), types.UID("deviceplugin-af-"+p1)
+	if got := deviceplugin.LegacyHolders(n.state); !slices.Equal(got, []types.UID{h0, h1}) {
+		t.Fatalf("legacy holders %v", got)
+	}
+	pr := &podResources{}
+	_, client := servePodResources(t, n.dir, pr)
+	devs := n.plugin.Devices()
+
+	// The API fails: nothing is released.
+	pr.set(status.Error(codes.Unavailable, "kubelet restarting"))
+	if got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs); err == nil || len(got) != 0 {
+		t.Fatalf("ReleaseStale with a failing API: %v, %v", got, err)
+	}
+	// Port 0 is still in a container under its resource; port 1 is in one
+	// only under another resource name (not this holder's allocation).
+	pr.set(nil, pod("a", r0, "dfl-port.0"), pod("b", "example.com/other", "dfl-port.1"))
+	got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs)
+	if err != nil || !slices.Equal(got, []types.UID{h1}) {
+		t.Fatalf("released %v (%v), want %s", got, err, h1)
+	}
+	if h := n.state.Holders(); h[p0] != h0 || h[p1] != "" {
+		t.Fatalf("holders %v", h)
+	}
+	if specs := specFiles(t, n); len(specs) != 1 || !strings.Contains(specs[0], p0) {
+		t.Errorf("CDI specs %v, want only %s's", specs, h0)
+	}
+	claim := state.Holder{UID: "0e7f4a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", Namespace: "default", Name: "claim-1"}
+	if _, err := n.state.Prepare(ctx, claim, []state.DeviceRequest{{Device: p1}}, devs); err != nil {
+		t.Fatalf("DRA prepare of the released port: %v", err)
+	}
+	if _, err := n.state.Prepare(ctx, claim, []state.DeviceRequest{{Device: p0}}, devs); !errors.Is(err, state.ErrDeviceHeld) {
+		t.Fatalf("DRA prepare of the port a container still has: %v, want ErrDeviceHeld", err)
+	}
+	// The pod ends.
+	pr.set(nil)
+	if got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs); err != nil || !slices.Equal(got, []types.UID{h0}) {
+		t.Fatalf("released %v (%v), want %s", got, err, h0)
+	}
+	// Nothing left: the API is not asked again.
+	calls := pr.calls
+	if got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs); err != nil || len(got) != 0 || pr.calls != calls {
+		t.Fatalf("with no legacy holder: %v, %v, %d calls", got, err, pr.calls-calls)
+	}
+}
+
+// TestReleaseStaleHolds runs the loop until the last legacy hold is gone.
+func TestReleaseStaleHolds(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{})
+	regs := n.kubelet.waitRegistrations(t, 2)
+	if _, err := allocate(t, n.client(t, regs[intelDomain+"/"+fixtureAF0]), "dfl-port.0"); err != nil {
+		t.Fatal(err)
+	}
+	n.plugin.Stop()
+	pr := &podResources{listed: make(chan struct{})}
+	socket, _ := servePodResources(t, n.dir, pr)
+	pr.set(nil, pod("a", intelDomain+"/"+fixtureAF0, "dfl-port.0"))
+	devs := n.plugin.Devices()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deviceplugin.ReleaseStaleHolds(ctx, n.state, socket, time.Millisecond, func() *discovery.Result { return devs })
+	}()
+	// The loop asks again and again and keeps the hold while the pod runs.
+	for range 3 {
+		<-pr.listed
+	}
+	if len(deviceplugin.LegacyHolders(n.state)) != 1 {
+		t.Fatal("released while the pod runs")
+	}
+	// The pod ends: the loop releases the hold and returns.
+	pr.set(nil)
+	go func() {
+		for range pr.listed {
+		}
+	}()
+	<-done
+	close(pr.listed) // the loop returned: no more List calls
+	if h := deviceplugin.LegacyHolders(n.state); len(h) != 0 {
+		t.Fatalf("holders left: %v", h)
+	}
+}
