@@ -41,6 +41,8 @@ type options struct {
 
 	httpAddress string
 
+	extendedResourceDomain string
+
 	webhook        bool
 	webhookAddress string
 	tlsMode        string
@@ -74,6 +76,7 @@ func newRootCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; in-cluster config when empty [$KUBECONFIG]")
 	fs.StringVar(&o.driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks [$DRIVER_NAME]")
+	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", envOr("EXTENDED_RESOURCE_DOMAIN", "fpga.dra.dev"), "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none [$EXTENDED_RESOURCE_DOMAIN]")
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", ""), "namespace of the leader election Lease and the webhook certificate Secret (required) [$POD_NAMESPACE]")
 	fs.StringVar(&o.identity, "identity", envOr("POD_NAME", host), "leader election identity of this replica [$POD_NAME]")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "API server queries per second")

@@ -18,6 +18,8 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "no namespace for the lease", o: options{leaderElect: true}, wantErr: "--namespace"},
 		{name: "no namespace for the secret", o: options{webhook: true, tlsMode: tlsSelfSigned}, wantErr: "--namespace"},
 		{name: "files need no namespace", o: options{webhook: true, tlsMode: tlsFiles}},
+		{name: "intel domain", o: options{extendedResourceDomain: "fpga.intel.com"}},
+		{name: "bad domain", o: options{extendedResourceDomain: "FPGA/x"}, wantErr: `--extended-resource-domain "FPGA/x" is not a DNS subdomain`},
 		{name: "unknown TLS mode", o: options{namespace: "fpga", webhook: true, tlsMode: "acme"}, wantErr: `--webhook-tls "acme": use self-signed or files`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

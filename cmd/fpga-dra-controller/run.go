@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -102,11 +104,12 @@ func run(ctx context.Context, o options) error {
 	}
 
 	c, err := controller.New(ctx, controller.Config{
-		DriverName:    o.driverName,
-		KubeClient:    kube,
-		DynamicClient: dyn,
-		ResyncPeriod:  o.resyncPeriod,
-		Metrics:       controllerMetrics,
+		DriverName:             o.driverName,
+		ExtendedResourceDomain: o.extendedResourceDomain,
+		KubeClient:             kube,
+		DynamicClient:          dyn,
+		ResyncPeriod:           o.resyncPeriod,
+		Metrics:                controllerMetrics,
 	})
 	if err != nil {
 		cancel(nil)
@@ -142,6 +145,11 @@ func (o options) validate() error {
 	}
 	if o.webhook && o.tlsMode != tlsSelfSigned && o.tlsMode != tlsFiles {
 		return fmt.Errorf("--webhook-tls %q: use %s or %s", o.tlsMode, tlsSelfSigned, tlsFiles)
+	}
+	if d := o.extendedResourceDomain; d != "" {
+		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
+			return fmt.Errorf("--extended-resource-domain %q is not a DNS subdomain (%s): use e.g. fpga.dra.dev or fpga.intel.com, or empty for none", d, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

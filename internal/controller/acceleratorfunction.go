@@ -36,7 +36,7 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 	var want []*resourceapi.DeviceClass
 	if errs := v1alpha1.ValidateAcceleratorFunction(af); len(errs) > 0 {
 		r.invalid = errs.ToAggregate()
-	} else if want, err = AcceleratorFunctionClasses(af, c.driverName); err != nil {
+	} else if want, err = AcceleratorFunctionClasses(af, c.driverName, c.extendedResourceDomain); err != nil {
 		r.invalid = err
 	}
 	for _, w := range want {

@@ -305,7 +305,7 @@ func TestAcceleratorFunctionInvalid(t *testing.T) {
 // deleted and re-created function of the same name is taken over.
 func TestAcceleratorFunctionAdoptsAfterRecreate(t *testing.T) {
 	old := acceleratorFunction("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID})
-	classes, err := AcceleratorFunctionClasses(old, testDriver)
+	classes, err := AcceleratorFunctionClasses(old, testDriver, "")
 	if err != nil {
 		t.Fatal(err)
 	}

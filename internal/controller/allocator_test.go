@@ -135,7 +135,7 @@ func classesFor(t *testing.T, afs []*v1alpha1.AcceleratorFunction, regions []*v1
 		if errs := v1alpha1.ValidateAcceleratorFunction(af); len(errs) > 0 {
 			t.Fatalf("fixture AcceleratorFunction %s is invalid: %v", af.Name, errs)
 		}
-		classes, err := AcceleratorFunctionClasses(af, testDriver)
+		classes, err := AcceleratorFunctionClasses(af, testDriver, "")
 		if err != nil {
 			t.Fatal(err)
 		}

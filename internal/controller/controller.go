@@ -52,6 +52,10 @@ type Config struct {
 	// DynamicClient reads AcceleratorFunctions and FpgaRegions and writes
 	// their status. Required.
 	DynamicClient dynamic.Interface
+	// ExtendedResourceDomain, when not empty, gives each AcceleratorFunction's
+	// loaded class the extended resource name the device-plugin endpoint
+	// uses in this domain (see AcceleratorFunctionClasses).
+	ExtendedResourceDomain string
 	// ResyncPeriod is how often every object is reconciled again without a
 	// change; 0 never.
 	ResyncPeriod time.Duration
@@ -63,9 +67,11 @@ type Config struct {
 // FpgaRegions. Create it with New and start it with Run.
 type Controller struct {
 	driverName string
-	kube       kubernetes.Interface
-	dynamic    dynamic.Interface
-	metrics    *Metrics
+	// extendedResourceDomain is Config.ExtendedResourceDomain.
+	extendedResourceDomain string
+	kube                   kubernetes.Interface
+	dynamic                dynamic.Interface
+	metrics                *Metrics
 
 	factories     []factory
 	classInformer cache.SharedIndexInformer
@@ -93,10 +99,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, errors.New("controller config: DynamicClient is required")
 	}
 	c := &Controller{
-		driverName: cfg.DriverName,
-		kube:       cfg.KubeClient,
-		dynamic:    cfg.DynamicClient,
-		metrics:    cfg.Metrics,
+		driverName:             cfg.DriverName,
+		extendedResourceDomain: cfg.ExtendedResourceDomain,
+		kube:                   cfg.KubeClient,
+		dynamic:                cfg.DynamicClient,
+		metrics:                cfg.Metrics,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "fpga_dra_controller"}),
 		cel: cel.NewCache(64, cel.Features{}),

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/extresource"
 )
 
 // Labels on every DeviceClass the controller keeps.
@@ -42,8 +43,14 @@ func BaseDeviceClass(driverName string) *resourceapi.DeviceClass {
 //     FpgaConfig of afuID, interfaceID, bitstream, sha256 and programming:
 //     IfNeeded, so the node loads the function unless it is loaded already.
 //
+// With extendedResourceDomain set and an interfaceID in af, NAME also
+// carries extendedResourceName <extendedResourceDomain>/<the Intel FPGA
+// device plugin's af resource name> (see extresource.AFName): a pod that
+// asks for that extended resource, as pod specs written for the device
+// plugin do, gets a port with the function loaded through DRA.
+//
 // af must be valid (ValidateAcceleratorFunction).
-func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName string) ([]*resourceapi.DeviceClass, error) {
+func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, extendedResourceDomain string) ([]*resourceapi.DeviceClass, error) {
 	s := af.Spec
 	owner := ownerReference(af, v1alpha1.AcceleratorFunctionKind)
 	loaded, err := deviceClass(af.Name, owner, driverName, LoadedSelector(driverName, s.AFUID, s.InterfaceID), &v1alpha1.FpgaConfig{
@@ -53,6 +60,14 @@ func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName str
 	})
 	if err != nil {
 		return nil, err
+	}
+	if extendedResourceDomain != "" && s.InterfaceID != "" {
+		name, err := extresource.AFName(s.InterfaceID, s.AFUID)
+		if err != nil {
+			return nil, fmt.Errorf("extended resource name of AcceleratorFunction %s: %w", af.Name, err)
+		}
+		name = extendedResourceDomain + "/" + name
+		loaded.Spec.ExtendedResourceName = &name
 	}
 	classes := []*resourceapi.DeviceClass{loaded}
 	if s.Mode != v1alpha1.ModeRegion {

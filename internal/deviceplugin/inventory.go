@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/extresource"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -53,7 +54,7 @@ func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (
 			continue
 		}
 		if mode == ModeRegion {
-			name, err := RegionResourceName(c.InterfaceID)
+			name, err := extresource.RegionName(c.InterfaceID)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("card %s: %w", c.PCIAddress, err))
 				continue
@@ -66,7 +67,7 @@ func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (
 				errs = append(errs, fmt.Errorf("port %s on card %s has no usable AFU ID (%s): it is in no af resource until it is reprogrammed", p.Node.Name, c.PCIAddress, p.Health))
 				continue
 			}
-			name, err := AFResourceName(c.InterfaceID, p.AFUID)
+			name, err := extresource.AFName(c.InterfaceID, p.AFUID)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("port %s on card %s: %w", p.Node.Name, c.PCIAddress, err))
 				continue
