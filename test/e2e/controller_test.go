@@ -9,14 +9,11 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -24,7 +21,6 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/extresource"
 	"github.com/fpga-dra/fpga-dra-driver/internal/webhook"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
-	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
 )
 
 // Test8AcceleratorFunctionFirstAvailable: an AcceleratorFunction becomes
@@ -114,35 +110,14 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 		dc, err := cluster.Client.ResourceV1().DeviceClasses().Get(ctx, "nlb0", metav1.GetOptions{})
 		return err == nil && dc.Spec.ExtendedResourceName != nil && *dc.Spec.ExtendedResourceName == resource
 	})
-	legacy := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy-spec"},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			AutomountServiceAccountToken:  ptr.To(false),
-			Containers: []corev1.Container{{
-				Name: "probe", Image: localcluster.ProbeImage, ImagePullPolicy: corev1.PullNever,
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(resource): apiresource.MustParse("1")}},
-			}},
-		},
-	}
-	if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	running, err := cluster.WaitPodRunning(ctx, ns, legacy.Name, 90*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	legacyView, err := cluster.ReadProbe(ctx, running, "probe", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	running, legacyView := runResourcePod(t, ns, "legacy-spec", resource)
 	if st := running.Status.ExtendedResourceClaimStatus; st == nil || st.ResourceClaimName == "" {
 		t.Fatalf("pod asking for %s runs without a DRA claim: %+v", resource, running.Status)
 	}
 	if devs := fpgaDevices(legacyView); len(devs) != 1 || legacyView.Env["FPGA_AFU_IDS"] != simnode.DefaultAFUID {
 		t.Fatalf("pod asking for %s sees devices %v and AFU %q, want one port with %s", resource, devs, legacyView.Env["FPGA_AFU_IDS"], simnode.DefaultAFUID)
 	}
-	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, legacy.Name, metav1.DeleteOptions{}); err != nil {
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, running.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

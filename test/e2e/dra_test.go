@@ -413,28 +413,7 @@ func Test7DevicePluginMode(t *testing.T) {
 		}
 	})
 	ns := namespace(t, "e2e-legacy")
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			AutomountServiceAccountToken:  ptr.To(false),
-			Containers: []corev1.Container{{
-				Name: "probe", Image: localcluster.ProbeImage, ImagePullPolicy: corev1.PullNever,
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(resource): resourceQuantity(1)}},
-			}},
-		},
-	}
-	if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	running, err := cluster.WaitPodRunning(ctx, ns, "legacy", 90*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := cluster.ReadProbe(ctx, running, "probe", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, view := runResourcePod(t, ns, "legacy", resource)
 	devs := fpgaDevices(view)
 	if len(devs) != 1 || !strings.HasPrefix(devs[0], "/dev/dfl-port.") {
 		t.Fatalf("container sees FPGA nodes %v, want exactly one port", devs)
@@ -448,4 +427,33 @@ func Test7DevicePluginMode(t *testing.T) {
 	waitNoPods(t)
 }
 
-func resourceQuantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+// runResourcePod runs a probe pod whose container asks for one of an
+// extended resource, as pod specs written for a device plugin do, and
+// returns the running pod and what its container saw.
+func runResourcePod(t *testing.T, ns, name, extendedResource string) (*corev1.Pod, *localcluster.ProbeView) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "probe", Image: localcluster.ProbeImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(extendedResource): *resource.NewQuantity(1, resource.DecimalSI)}},
+			}},
+		},
+	}
+	if _, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := cluster.WaitPodRunning(ctx, ns, name, 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := cluster.ReadProbe(ctx, running, "probe", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return running, view
+}
