@@ -284,10 +284,9 @@ func TestSimulatedManifest(t *testing.T) {
 		hookPath.Value != hook.VolumeMounts[0].MountPath+"/fpga-dra-driver" {
 		t.Errorf("install-hook %v mounts %v; HOOK_PATH %q", hook.Args, hook.VolumeMounts, hookPath.Value)
 	}
-	for _, v := range spec.Volumes {
-		if v.Name == hook.VolumeMounts[0].Name && (v.HostPath == nil || v.HostPath.Path != hook.VolumeMounts[0].MountPath) {
-			t.Errorf("hook volume %+v is not the host directory %s", v, hook.VolumeMounts[0].MountPath)
-		}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == hook.VolumeMounts[0].Name })
+	if i < 0 || spec.Volumes[i].HostPath == nil || spec.Volumes[i].HostPath.Path != hook.VolumeMounts[0].MountPath {
+		t.Errorf("no hook volume on the host directory %s in %+v", hook.VolumeMounts[0].MountPath, spec.Volumes)
 	}
 }
 

@@ -22,12 +22,16 @@ import (
 // holder.go). A node that served the endpoint and now serves DRA gets no
 // Allocate, so its legacy holds would outlive the containers that had the
 // ports and refuse every claim for them. The kubelet's pod-resources API
-// says which devices its containers still have; a legacy holder none of
-// whose ports a container has is released.
+// says which devices its containers still have; a legacy holder that no
+// container has is released.
 
 // DefaultPodResourcesSocket is where the kubelet serves its pod-resources
 // API.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// defaultStaleInterval is how often StaleReleaser.Run asks when its
+// interval is not positive.
+const defaultStaleInterval = 30 * time.Second
 
 // LegacyHolders returns the legacy holders in st, sorted.
 func LegacyHolders(st *state.State) []types.UID {
@@ -41,78 +45,110 @@ func LegacyHolders(st *state.State) []types.UID {
 	return uids
 }
 
-// ReleaseStale unprepares every legacy holder of st none of whose ports any
-// container has under the holder's resource name, as pods lists them, and
-// returns the holders it released. devs maps the kubelet's device IDs (port
-// node names) to ports. It must not run while the endpoint serves: a port
-// the kubelet has just been allocated shows in the list only once the
+// StaleReleaser releases the legacy holds of State that no container has
+// any more. It must not run while the endpoint serves: a device the kubelet
+// has just been allocated shows in the pod-resources list only once the
 // kubelet has recorded it.
-func ReleaseStale(ctx context.Context, st *state.State, pods podresourcesv1.PodResourcesListerClient, devs *discovery.Result) ([]types.UID, error) {
-	holders := LegacyHolders(st)
+type StaleReleaser struct {
+	State *state.State
+	Pods  podresourcesv1.PodResourcesListerClient
+
+	// unused are the holders the previous Pass found no container using.
+	unused map[types.UID]bool
+}
+
+// Pass lists the kubelet's pod resources once and returns the legacy
+// holders it released. A holder is released only when this list and the
+// previous Pass's both show no container using it: a kubelet that has just
+// restarted may list no pods until it has synced them. A holder is in use
+// when a container has, under the holder's resource name, a device ID that
+// is one of its ports or their card's FME (region mode), or one devs does
+// not know (a card that failed discovery or was renumbered keeps its hold).
+func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]types.UID, error) {
+	holders := LegacyHolders(r.State)
 	if len(holders) == 0 {
+		r.unused = nil
 		return nil, nil
 	}
-	resp, err := pods.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	resp, err := r.Pods.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list the kubelet's pod resources: %w", err)
 	}
-	device := map[string]string{} // port node name -> DRA device name
-	for _, p := range devs.Ports() {
-		device[p.Node.Name] = p.DeviceName()
+	// The DRA devices each kubelet device ID stands for.
+	devices := map[string][]string{}
+	for _, c := range devs.Cards {
+		for _, p := range c.Ports {
+			devices[p.Node.Name] = append(devices[p.Node.Name], p.DeviceName())
+			devices[c.FME.Name] = append(devices[c.FME.Name], p.DeviceName())
+		}
 	}
 	type use struct{ resource, device string }
 	inUse := map[use]bool{}
+	unknown := map[string]bool{} // resources with a device ID devs lacks
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
 			for _, d := range c.GetDevices() {
 				for _, id := range d.GetDeviceIds() {
-					if name, ok := device[id]; ok {
+					names, ok := devices[id]
+					if !ok {
+						unknown[d.GetResourceName()] = true
+					}
+					for _, name := range names {
 						inUse[use{d.GetResourceName(), name}] = true
 					}
 				}
 			}
 		}
 	}
+	unused := map[types.UID]bool{}
 	var released []types.UID
 	for _, uid := range holders {
-		rec, ok := st.Claim(uid)
-		if !ok {
+		rec, ok := r.State.Claim(uid)
+		if !ok || unknown[rec.Name] ||
+			slices.ContainsFunc(rec.Devices, func(d state.DeviceRecord) bool { return inUse[use{rec.Name, d.Device}] }) {
 			continue
 		}
-		if slices.ContainsFunc(rec.Devices, func(d state.DeviceRecord) bool { return inUse[use{rec.Name, d.Device}] }) {
-			continue
+		unused[uid] = true
+		if !r.unused[uid] {
+			continue // confirmed by the next list
 		}
-		if err := st.Unprepare(ctx, uid); err != nil {
+		if err := r.State.Unprepare(ctx, uid); err != nil {
 			return released, fmt.Errorf("release stale legacy holder %s: %w", uid, err)
 		}
+		delete(unused, uid)
 		klog.FromContext(ctx).Info("Released a device-plugin hold no container has any more", "holder", uid, "resource", rec.Name)
 		released = append(released, uid)
 	}
+	r.unused = unused
 	return released, nil
 }
 
-// ReleaseStaleHolds runs ReleaseStale at once and then every interval until
-// st holds no legacy holder or ctx ends, dialing the kubelet's pod-resources
-// socket only while there is something to release. devs returns the node's
-// current devices. Failures are logged and retried.
+// ReleaseStaleHolds runs StaleReleaser passes at once and then every
+// interval (30 s when not positive) until st holds no legacy holder or ctx
+// ends, dialing the kubelet's pod-resources socket only when there is
+// something to release. devs returns the node's current devices. Failures
+// are logged and retried.
 func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result) {
 	logger := klog.FromContext(ctx)
 	if len(LegacyHolders(st)) == 0 {
 		return
 	}
-	logger.Info("Device-plugin holds remain from an earlier mode; releasing each once no container has its ports", "holders", LegacyHolders(st), "podResourcesSocket", socket)
+	if interval <= 0 {
+		interval = defaultStaleInterval
+	}
+	logger.Info("Device-plugin holds remain from an earlier mode; releasing each once no container has its devices", "holders", LegacyHolders(st), "podResourcesSocket", socket)
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		logger.Error(err, "Cannot release stale device-plugin holds: dial the kubelet's pod-resources API", "socket", socket)
 		return
 	}
 	defer conn.Close()
-	pods := podresourcesv1.NewPodResourcesListerClient(conn)
+	r := &StaleReleaser{State: st, Pods: podresourcesv1.NewPodResourcesListerClient(conn)}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := ReleaseStale(callCtx, st, pods, devs())
+		_, err := r.Pass(callCtx, devs())
 		cancel()
 		if err != nil {
 			logger.Error(err, "Releasing stale device-plugin holds; retrying", "interval", interval)

@@ -80,9 +80,9 @@ func servePodResources(t *testing.T, dir string, p *podResources) (string, podre
 	return socket, podresourcesv1.NewPodResourcesListerClient(conn)
 }
 
-// TestReleaseStale: legacy holds from Allocate calls are released once the
-// kubelet's pod-resources API lists no container with their ports, and a
-// DRA claim can then prepare the port.
+// TestReleaseStale: legacy holds from Allocate calls are released once two
+// lists of the kubelet's pod-resources API in a row show no container with
+// their ports, and a DRA claim can then prepare the port.
 func TestReleaseStale(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	n := startNode(t, nodeOptions{cdi: true})
@@ -103,19 +103,27 @@ func TestReleaseStale(t *testing.T) {
 	pr := &podResources{}
 	_, client := servePodResources(t, n.dir, pr)
 	devs := n.plugin.Devices()
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client}
+	pass := func(want ...types.UID) {
+		t.Helper()
+		got, err := r.Pass(ctx, devs)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("released %v (%v), want %v", got, err, want)
+		}
+	}
 
-	// The API fails: nothing is released.
+	// A kubelet that has just restarted lists nothing: one such list
+	// releases nothing.
+	pass()
+	// The API fails: nothing is released, and the failure confirms nothing.
 	pr.set(status.Error(codes.Unavailable, "kubelet restarting"))
-	if got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs); err == nil || len(got) != 0 {
-		t.Fatalf("ReleaseStale with a failing API: %v, %v", got, err)
+	if got, err := r.Pass(ctx, devs); err == nil || len(got) != 0 {
+		t.Fatalf("Pass with a failing API: %v, %v", got, err)
 	}
 	// Port 0 is still in a container under its resource; port 1 is in one
 	// only under another resource name (not this holder's allocation).
 	pr.set(nil, pod("a", r0, "dfl-port.0"), pod("b", "example.com/other", "dfl-port.1"))
-	got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs)
-	if err != nil || !slices.Equal(got, []types.UID{h1}) {
-		t.Fatalf("released %v (%v), want %s", got, err, h1)
-	}
+	pass(h1) // unused in two lists in a row
 	if h := n.state.Holders(); h[p0] != h0 || h[p1] != "" {
 		t.Fatalf("holders %v", h)
 	}
@@ -129,15 +137,56 @@ func TestReleaseStale(t *testing.T) {
 	if _, err := n.state.Prepare(ctx, claim, []state.DeviceRequest{{Device: p0}}, devs); !errors.Is(err, state.ErrDeviceHeld) {
 		t.Fatalf("DRA prepare of the port a container still has: %v, want ErrDeviceHeld", err)
 	}
+	// A device ID discovery does not know (a card that failed discovery)
+	// keeps the holds of its resource.
+	pr.set(nil, pod("a", r0, "dfl-port.9"))
+	pass()
+	pass()
 	// The pod ends.
 	pr.set(nil)
-	if got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs); err != nil || !slices.Equal(got, []types.UID{h0}) {
-		t.Fatalf("released %v (%v), want %s", got, err, h0)
-	}
+	pass()
+	pass(h0)
 	// Nothing left: the API is not asked again.
 	calls := pr.calls
-	if got, err := deviceplugin.ReleaseStale(ctx, n.state, client, devs); err != nil || len(got) != 0 || pr.calls != calls {
-		t.Fatalf("with no legacy holder: %v, %v, %d calls", got, err, pr.calls-calls)
+	pass()
+	if pr.calls != calls {
+		t.Fatalf("listed pod resources with no legacy holder left")
+	}
+}
+
+// TestReleaseStaleRegionMode: in region mode the kubelet's device ID is the
+// card's FME; a container that has it keeps the card's ports held, and the
+// other card's hold goes.
+func TestReleaseStaleRegionMode(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{mode: deviceplugin.ModeRegion})
+	regs := n.kubelet.waitRegistrations(t, 1)
+	c := n.client(t, regs[intelDomain+"/"+fixtureRegion])
+	for _, fme := range []string{"dfl-fme.0", "dfl-fme.1"} {
+		if _, err := allocate(t, c, fme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.plugin.Stop()
+	held := deviceplugin.LegacyHolders(n.state)
+	if len(held) != 2 {
+		t.Fatalf("legacy holders %v, want one per card", held)
+	}
+	pr := &podResources{}
+	_, client := servePodResources(t, n.dir, pr)
+	pr.set(nil, pod("a", intelDomain+"/"+fixtureRegion, "dfl-fme.0"))
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client}
+	var released []types.UID
+	for range 2 {
+		got, err := r.Pass(ctx, n.plugin.Devices())
+		if err != nil {
+			t.Fatal(err)
+		}
+		released = append(released, got...)
+	}
+	if left := deviceplugin.LegacyHolders(n.state); len(released) != 1 || len(left) != 1 || left[0] == released[0] ||
+		n.state.Holders()["fpga-0000-01-00-0-p0"] != left[0] {
+		t.Fatalf("released %v, left %v: want card 1 (dfl-fme.0, in a container) held and card 2 released", released, left)
 	}
 }
 

@@ -11,8 +11,10 @@ import (
 )
 
 // cardHealth reads what makes every port of a card unhealthy: an all-f
-// interface ID and the FME's error registers.
-func (l layout) cardHealth(c *Card, fme sysDir) Health {
+// interface ID, the FME's error registers and a critical temperature. The
+// bool is false when the card has an hwmon directory whose temperature
+// could not be read.
+func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 	h := Health{Healthy: true}
 	if c.InterfaceID == AllF {
 		h.fail("interface ID of card %s is all-f: the PR region is unusable", c.PCIAddress)
@@ -22,12 +24,15 @@ func (l layout) cardHealth(c *Card, fme sysDir) Health {
 			h.fail("FME %s of card %s is 0x%x", name, c.PCIAddress, v)
 		}
 	}
+	hwmonOK := true
 	if c.hwmon != "" {
-		if t, crit, ok := temperature(fme, c.hwmon); ok && t >= crit {
+		t, crit, ok := temperature(fme, c.hwmon)
+		if ok && t >= crit {
 			h.fail("card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, crit/1000)
 		}
+		hwmonOK = ok
 	}
-	return h
+	return h, hwmonOK
 }
 
 // temperature reads an hwmon directory's temp1_input and temp1_crit
@@ -147,7 +152,7 @@ func (s *Scanner) Refresh(old *Result) (*Result, bool) {
 			if id, err := ReadID(c.interfaceIDFile); err == nil {
 				c.InterfaceID = id
 			}
-			card = l.cardHealth(&c, fme)
+			card, _ = l.cardHealth(&c, fme)
 			fme.close()
 		}
 		if c.InterfaceID != oc.InterfaceID {

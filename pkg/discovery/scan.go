@@ -420,10 +420,11 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		}
 		defer fme.close()
 	}
-	st, ok := w.old.cards[p.fmeKey]
-	if !ok || p.fmeKey.ino == 0 {
+	st, known := w.old.cards[p.fmeKey]
+	complete := known
+	if !known || p.fmeKey.ino == 0 {
 		var err error
-		if st, err = w.readCardStatic(p, fme); err != nil {
+		if st, complete, err = w.readCardStatic(p, fme); err != nil {
 			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
 		}
 	}
@@ -439,7 +440,6 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		found.interfaceIDFile = file
 		st = &found
 	}
-	p.static = st
 	c := st.card
 	id, err := fme.readPath(file)
 	if err == nil {
@@ -449,27 +449,38 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
 	}
 	c.InterfaceID, c.interfaceIDFile = id, file
-	return &c, w.l.cardHealth(&c, fme), nil
+	health, hwmonOK := w.l.cardHealth(&c, fme)
+	// What a card's driver had not yet created (it adds hwmon and some
+	// attributes late in its probe) or has moved (a rebind renames hwmonN)
+	// is looked for again by the next scan.
+	if complete && hwmonOK {
+		p.static = st
+	}
+	return &c, health, nil
 }
 
 // readCardStatic reads the fields of a card that do not change while its
-// FME exists.
-func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, error) {
+// FME exists, and reports whether every one of them was there.
+func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, bool, error) {
 	c := Card{Driver: w.l.driver, PCIAddress: filepath.Base(p.pciPath), PCIPath: p.pciPath, NUMANode: -1}
 	var err error
 	if c.FME, err = w.devNode(fme); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if v, err := fme.read("socket_id"); err == nil {
-		c.SocketID, _ = strconv.Atoi(v)
+	complete := true
+	read := func(name string) string {
+		v, err := fme.read(name)
+		complete = complete && err == nil
+		return v
 	}
-	if v, err := fme.read("ports_num"); err == nil {
-		c.PortsNum, _ = strconv.Atoi(v)
-	}
-	c.BitstreamID, _ = fme.read("bitstream_id")
+	c.SocketID, _ = strconv.Atoi(read("socket_id"))
+	c.PortsNum, _ = strconv.Atoi(read("ports_num"))
+	c.BitstreamID = read("bitstream_id")
 	if names, err := fme.sub("hwmon").names(); err == nil && len(names) > 0 {
 		sort.Strings(names)
 		c.hwmon = fme.path + "/hwmon/" + names[0]
+	} else {
+		complete = false
 	}
 	if pci, err := openSysDir(p.pciPath); err == nil {
 		c.VendorID, _ = pci.read("vendor")
@@ -480,8 +491,10 @@ func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, error) {
 			}
 		}
 		pci.close()
+	} else {
+		complete = false
 	}
-	return &cardStatic{card: c}, nil
+	return &cardStatic{card: c}, complete, nil
 }
 
 // findFME locates the FME below a physical function's PCI directory, for a

@@ -406,7 +406,7 @@ func TestRescanReadsRecreatedDevice(t *testing.T) {
 		t.Fatalf("rescan re-read the fixed dev attribute of an unchanged port")
 	}
 	// The same port removed and added again: a new directory.
-	moved := dir + ".old"
+	moved := filepath.Join(t.TempDir(), "old")
 	if err := os.Rename(dir, moved); err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +419,45 @@ func TestRescanReadsRecreatedDevice(t *testing.T) {
 	}
 	if got := res.Cards[0].Ports[0].Node.Minor; got != 99 {
 		t.Fatalf("re-created port has minor %d, want 99 from its new dev attribute", got)
+	}
+}
+
+// TestRescanFindsLateAttributes: a card whose driver had not yet created
+// its hwmon directory and bitstream_id when it was first scanned (the FME
+// driver adds them late in its probe) gets them, and its temperature
+// health, from a later rescan.
+func TestRescanFindsLateAttributes(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
+	fme := n.Cards[0].FMEPath
+	aside := t.TempDir()
+	for _, name := range []string{"hwmon", "bitstream_id"} {
+		if err := os.Rename(filepath.Join(fme, name), filepath.Join(aside, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &discovery.Scanner{Root: n.Root}
+	res, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cards[0].BitstreamID != "" {
+		t.Fatalf("bitstream ID %q without the attribute", res.Cards[0].BitstreamID)
+	}
+	for _, name := range []string{"hwmon", "bitstream_id"} {
+		if err := os.Rename(filepath.Join(aside, name), filepath.Join(fme, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.SetTemperature(n.Cards[0], 120000); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Cards[0]
+	if c.BitstreamID == "" || c.Ports[0].Health.Healthy || !strings.Contains(c.Ports[0].Health.String(), "120°C") {
+		t.Fatalf("rescan: bitstream ID %q, health %q; want the ID and the overheat", c.BitstreamID, c.Ports[0].Health)
 	}
 }
 
