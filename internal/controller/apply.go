@@ -43,12 +43,14 @@ func (c *Controller) applyClasses(ctx context.Context, owner key, want []*resour
 		existing, err := c.classes.Get(w.Name)
 		switch {
 		case apierrors.IsNotFound(err):
-			if _, err := c.kube.ResourceV1().DeviceClasses().Create(ctx, w, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+			created, err := c.kube.ResourceV1().DeviceClasses().Create(ctx, w, metav1.CreateOptions{FieldManager: FieldManager})
+			if err != nil {
 				// AlreadyExists: the cache is behind; the class event
 				// brings this owner back.
 				record(fmt.Errorf("create DeviceClass %s: %w", w.Name, err))
 				continue
 			}
+			c.noteDroppedFields(ctx, w, created)
 			logger.Info("Created DeviceClass", "deviceClass", w.Name)
 		case err != nil:
 			record(fmt.Errorf("get DeviceClass %s from the informer cache: %w", w.Name, err))
@@ -57,17 +59,19 @@ func (c *Controller) applyClasses(ctx context.Context, owner key, want []*resour
 				res.conflicts = append(res.conflicts, w.Name)
 				continue
 			}
-			if upToDate(existing, w) {
+			if upToDate(existing, w, c.dropsExtendedResourceName.Load()) {
 				continue
 			}
 			update := existing.DeepCopy()
 			update.Labels = mergeLabels(existing.Labels, w.Labels)
 			update.OwnerReferences = append(otherOwners(existing.OwnerReferences), w.OwnerReferences...)
 			update.Spec = w.Spec
-			if _, err := c.kube.ResourceV1().DeviceClasses().Update(ctx, update, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			updated, err := c.kube.ResourceV1().DeviceClasses().Update(ctx, update, metav1.UpdateOptions{FieldManager: FieldManager})
+			if err != nil {
 				record(fmt.Errorf("update DeviceClass %s: %w", w.Name, err))
 				continue
 			}
+			c.noteDroppedFields(ctx, w, updated)
 			logger.Info("Updated DeviceClass", "deviceClass", w.Name)
 		}
 	}
@@ -100,7 +104,7 @@ func (c *Controller) applyClasses(ctx context.Context, owner key, want []*resour
 // upToDate reports whether existing already has want's spec, labels and
 // controller reference. Opaque parameters are compared as JSON values: the
 // API server may re-encode them.
-func upToDate(existing, want *resourceapi.DeviceClass) bool {
+func upToDate(existing, want *resourceapi.DeviceClass, ignoreExtendedResourceName bool) bool {
 	for k, v := range want.Labels {
 		if existing.Labels[k] != v {
 			return false
@@ -111,6 +115,9 @@ func upToDate(existing, want *resourceapi.DeviceClass) bool {
 		return false
 	}
 	a, b := existing.Spec.DeepCopy(), want.Spec.DeepCopy()
+	if ignoreExtendedResourceName {
+		b.ExtendedResourceName = a.ExtendedResourceName
+	}
 	if len(a.Config) != len(b.Config) {
 		return false
 	}
@@ -154,4 +161,17 @@ func otherOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	return slices.DeleteFunc(slices.Clone(refs), func(r metav1.OwnerReference) bool {
 		return r.Controller != nil && *r.Controller
 	})
+}
+
+// noteDroppedFields notices an API server that did not keep a class's
+// extendedResourceName (the DRAExtendedResource feature is off there, as
+// it can be before Kubernetes 1.37): from then on the field is left out of
+// the comparison, or every reconcile would update the class again.
+func (c *Controller) noteDroppedFields(ctx context.Context, want, got *resourceapi.DeviceClass) {
+	if want.Spec.ExtendedResourceName == nil || got == nil || got.Spec.ExtendedResourceName != nil {
+		return
+	}
+	if !c.dropsExtendedResourceName.Swap(true) {
+		klog.FromContext(ctx).Info("The API server does not keep DeviceClass extendedResourceName (is the DRAExtendedResource feature gate off?): pods that ask for an accelerator function's extended resource are not served through DRA on this cluster", "deviceClass", want.Name, "extendedResourceName", *want.Spec.ExtendedResourceName)
+	}
 }

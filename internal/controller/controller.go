@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -69,9 +70,12 @@ type Controller struct {
 	driverName string
 	// extendedResourceDomain is Config.ExtendedResourceDomain.
 	extendedResourceDomain string
-	kube                   kubernetes.Interface
-	dynamic                dynamic.Interface
-	metrics                *Metrics
+	// dropsExtendedResourceName is set once the API server was seen not
+	// to keep a class's extendedResourceName (noteDroppedFields).
+	dropsExtendedResourceName atomic.Bool
+	kube                      kubernetes.Interface
+	dynamic                   dynamic.Interface
+	metrics                   *Metrics
 
 	factories     []factory
 	classInformer cache.SharedIndexInformer

@@ -1,7 +1,12 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
@@ -44,5 +49,47 @@ func TestExtendedResourceName(t *testing.T) {
 		if got := classes[0].Spec.ExtendedResourceName; got != nil {
 			t.Errorf("%s: extendedResourceName %q, want none", name, *got)
 		}
+	}
+}
+
+// TestExtendedResourceNameDroppedByServer: an API server without the
+// DRAExtendedResource feature drops extendedResourceName on write; the
+// controller notices and does not update the class on every reconcile.
+func TestExtendedResourceNameDroppedByServer(t *testing.T) {
+	for _, drops := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drops=%v", drops), func(t *testing.T) {
+			tc := newTestController(t, nil)
+			tc.extendedResourceDomain = "fpga.intel.com"
+			if drops {
+				strip := func(action k8stesting.Action) (bool, runtime.Object, error) {
+					obj := action.(interface{ GetObject() runtime.Object }).GetObject().(*resourceapi.DeviceClass)
+					obj.Spec.ExtendedResourceName = nil
+					return false, nil, nil // the tracker stores what is left
+				}
+				tc.kube.PrependReactor("create", "deviceclasses", strip)
+				tc.kube.PrependReactor("update", "deviceclasses", strip)
+			}
+			tc.startInformers(t)
+			tc.putAF(t, acceleratorFunction("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID}))
+			tc.syncAF(t, "nlb0")
+			if got := tc.class(t, "nlb0").Spec.ExtendedResourceName; (got == nil) != drops {
+				t.Fatalf("stored extendedResourceName %v", got)
+			}
+			writes := func() int {
+				n := 0
+				for _, a := range tc.kube.Actions() {
+					if a.GetResource().Resource == "deviceclasses" && (a.GetVerb() == "update" || a.GetVerb() == "create") {
+						n++
+					}
+				}
+				return n
+			}
+			before := writes()
+			tc.syncAF(t, "nlb0")
+			tc.syncAF(t, "nlb0")
+			if n := writes() - before; n != 0 {
+				t.Fatalf("%d DeviceClass writes on reconciles with nothing to change", n)
+			}
+		})
 	}
 }
