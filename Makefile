@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries clean
 
 all: build
 
@@ -14,7 +14,7 @@ build:
 
 # The whole test suite: formatting, vet, generated code, unit and
 # integration tests with the race detector (fuzz seed corpora included).
-test: fmt-check vet verify-codegen verify-deployments unit
+test: fmt-check vet lint verify-codegen verify-deployments unit
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -22,6 +22,10 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+
+# staticcheck (pinned, built into bin/tools on first use).
+lint:
+	hack/staticcheck.sh $(PKGS)
 
 codegen:
 	hack/update-codegen.sh

@@ -134,6 +134,3 @@ func startDevicePlugin(ctx context.Context, f runFlags, client kubernetes.Interf
 func defaultControlSocket(pluginDir string) string {
 	return filepath.Join(pluginDir, "control.sock")
 }
-
-// modes lists --mode's values for help texts.
-var modes = []string{modeAuto, modeDRA, modeDevicePlugin}
