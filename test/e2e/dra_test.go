@@ -20,6 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
 )
@@ -406,7 +408,11 @@ func Test7DevicePluginMode(t *testing.T) {
 	if err := node.StartDevicePlugin(ctx, resource); err != nil {
 		t.Fatal(err)
 	}
+	inDRA := false
 	t.Cleanup(func() {
+		if inDRA {
+			return
+		}
 		node.Stop()
 		if err := node.Start(context.Background()); err != nil {
 			t.Errorf("back to DRA mode: %v", err)
@@ -425,6 +431,35 @@ func Test7DevicePluginMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNoPods(t)
+
+	// Back to DRA. The device-plugin allocation's hold on the port stays
+	// until the kubelet's pod-resources API has shown, twice, that no
+	// container has the port; then a claim for that very port runs.
+	node.Stop()
+	inDRA = true
+	if err := node.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctl := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock"))
+	eventually(t, "the device-plugin hold released in DRA mode", 90*time.Second, func() bool {
+		list, err := ctl.List(ctx)
+		if err != nil {
+			return false
+		}
+		for _, d := range list.Devices {
+			if d.Holder != nil && d.Holder.Namespace == deviceplugin.LegacyNamespace {
+				return false
+			}
+		}
+		return true
+	})
+	deviceClass(t, "e2e-legacy-port", fmt.Sprintf(`device.attributes["resource.kubernetes.io"].pciBusID == %q`, view.Env["ACCELERATOR_UNITS"]))
+	claimTemplate(t, ns, "same-port", "e2e-legacy-port", nil)
+	probePod(t, ns, "dra", "same-port")
+	draView, _, _ := runningProbe(t, ns, "dra")
+	if got := fpgaDevices(draView); len(got) != 1 || got[0] != devs[0] {
+		t.Fatalf("DRA pod sees %v, want the port %s the device-plugin pod had", got, devs[0])
+	}
 }
 
 // runResourcePod runs a probe pod whose container asks for one of an

@@ -54,6 +54,14 @@ func TestMain(m *testing.M) {
 		defer func() {
 			if os.Getenv("FPGA_DRA_E2E_KEEP") == "" {
 				cluster.Down()
+				// A passing run's directory (some 100 MB: etcd, the
+				// simulated node, images) is not needed; a failing run's
+				// keeps the component logs.
+				if code == 0 && setupErr == nil {
+					if err := cluster.RemoveRunDir(); err != nil {
+						fmt.Fprintf(os.Stderr, "remove the run directory: %v\n", err)
+					}
+				}
 			}
 		}()
 		node, setupErr = cluster.StartFPGANode(ctx)

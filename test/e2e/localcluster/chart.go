@@ -68,6 +68,7 @@ kubeletPlugin:
     dir: %s
     writeNode: false
     programDelay: 1s
+  extraArgs: ["--refresh-interval=2s"]
   extraEnv:%s
     - {name: UEVENT_SOURCE, value: "unix:%s"}
 controller:

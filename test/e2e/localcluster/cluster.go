@@ -500,6 +500,16 @@ func (c *Cluster) Down() {
 	cleanupHost(c.Dir)
 }
 
+// RemoveRunDir deletes the run's directory, logs included, when Up made it
+// (Config.Dir empty); call it after Down once nothing needs the logs (a
+// passing run). A directory the caller chose is left alone.
+func (c *Cluster) RemoveRunDir() error {
+	if c.cfg.Dir != "" {
+		return nil
+	}
+	return os.RemoveAll(c.Dir)
+}
+
 // killTasks kills and deletes every container task of the run's containerd
 // (the kubelet is already stopped, so nothing restarts them); their shims
 // exit with them.

@@ -76,4 +76,12 @@ func TestUpRunsPodsAndDown(t *testing.T) {
 			t.Errorf("process %d still runs after Down", pid)
 		}
 	}
+	if !t.Failed() {
+		if err := c.RemoveRunDir(); err != nil {
+			t.Errorf("remove the run directory: %v", err)
+		}
+		if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+			t.Errorf("run directory %s left after RemoveRunDir: %v", c.Dir, err)
+		}
+	}
 }

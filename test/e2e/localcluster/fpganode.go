@@ -87,6 +87,7 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 		"--programmer", "sim", "--sim-program-delay", "1s",
 		"--uevent-source", "unix:" + n.uevents,
 		"--refresh-interval", "2s",
+		"--pod-resources-socket", filepath.Join(c.KubeletRoot, "pod-resources/kubelet.sock"),
 		"-v", "4",
 	}
 	return n, n.Start(ctx)
