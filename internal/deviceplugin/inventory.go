@@ -25,6 +25,11 @@ type device struct {
 	reason  string
 }
 
+// afDeviceID and regionDeviceID are the IDs the kubelet knows devices by
+// (see device).
+func afDeviceID(p *discovery.Port) string     { return p.Node.Name }
+func regionDeviceID(c *discovery.Card) string { return c.FME.Name }
+
 // resource is one extended resource (the name without the domain) and its
 // devices, in discovery order.
 type resource struct {
@@ -59,7 +64,7 @@ func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (
 				errs = append(errs, fmt.Errorf("card %s: %w", c.PCIAddress, err))
 				continue
 			}
-			add(name, &device{id: c.FME.Name, card: c, ports: c.Ports})
+			add(name, &device{id: regionDeviceID(c), card: c, ports: c.Ports})
 			continue
 		}
 		for _, p := range c.Ports {
@@ -72,7 +77,7 @@ func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (
 				errs = append(errs, fmt.Errorf("port %s on card %s: %w", p.Node.Name, c.PCIAddress, err))
 				continue
 			}
-			add(name, &device{id: p.Node.Name, card: c, ports: []*discovery.Port{p}})
+			add(name, &device{id: afDeviceID(p), card: c, ports: []*discovery.Port{p}})
 		}
 	}
 	return out, errs

@@ -74,12 +74,12 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	if err != nil {
 		return nil, fmt.Errorf("list the kubelet's pod resources: %w", err)
 	}
-	// The DRA devices each kubelet device ID stands for.
+	// The DRA devices each kubelet device ID stands for, in either mode.
 	devices := map[string][]string{}
 	for _, c := range devs.Cards {
 		for _, p := range c.Ports {
-			devices[p.Node.Name] = append(devices[p.Node.Name], p.DeviceName())
-			devices[c.FME.Name] = append(devices[c.FME.Name], p.DeviceName())
+			devices[afDeviceID(p)] = append(devices[afDeviceID(p)], p.DeviceName())
+			devices[regionDeviceID(c)] = append(devices[regionDeviceID(c)], p.DeviceName())
 		}
 	}
 	type use struct{ resource, device string }
