@@ -313,7 +313,8 @@ func (w *walker) walk(res *Result) error {
 			pp := portPlan{dir: d.sub(c.name), pciPath: pciPath}
 			pp.key = dirKey{path: pp.dir.path, ino: c.ino}
 			if fme != nil {
-				plan(pciPath).ports = append(plan(pciPath).ports, pp)
+				p := plan(pciPath)
+				p.ports = append(p.ports, pp)
 				continue
 			}
 			// A port with no FME beside it sits on an SR-IOV virtual
