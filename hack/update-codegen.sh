@@ -2,8 +2,7 @@
 # Regenerates the deep-copy functions (zz_generated.deepcopy.go) of every API
 # package below api/. Idempotent: running it twice changes nothing.
 #
-# The generator is run with "go run <module>@<version>", which builds the
-# pinned version outside this module: go.mod and go.sum are not touched.
+# The generator is the pinned controller-gen (hack/controller-gen.sh).
 #
 # Usage: hack/update-codegen.sh [output-dir]
 #   With output-dir, the files are written below output-dir (mirroring api/)
@@ -12,9 +11,6 @@
 set -o errexit
 set -o nounset
 set -o pipefail
-
-CONTROLLER_TOOLS_VERSION="v0.23.0"
-CONTROLLER_GEN="sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO_ROOT}"
@@ -31,8 +27,8 @@ fi
 for pkg in ${packages}; do
   if [[ -n "${OUTPUT_DIR}" ]]; then
     mkdir -p "${OUTPUT_DIR}/${pkg}"
-    go run "${CONTROLLER_GEN}" object paths="./${pkg}" output:object:dir="${OUTPUT_DIR}/${pkg}"
+    hack/controller-gen.sh object paths="./${pkg}" output:object:dir="${OUTPUT_DIR}/${pkg}"
   else
-    go run "${CONTROLLER_GEN}" object paths="./${pkg}"
+    hack/controller-gen.sh object paths="./${pkg}"
   fi
 done

@@ -5,8 +5,7 @@
 # deployments/manifests are rendered from the chart (hack/render-manifests.sh).
 # Idempotent: running it twice changes nothing.
 #
-# controller-gen runs with "go run <module>@<version>", built outside this
-# module: go.mod and go.sum are not touched.
+# The generator is the pinned controller-gen (hack/controller-gen.sh).
 #
 # Usage: hack/update-crds.sh [output-dir]
 #   With output-dir the CRDs are written there instead (hack/verify-crds.sh
@@ -14,9 +13,6 @@
 set -o errexit
 set -o nounset
 set -o pipefail
-
-CONTROLLER_TOOLS_VERSION="v0.23.0"
-CONTROLLER_GEN="sigs.k8s.io/controller-tools/cmd/controller-gen@${CONTROLLER_TOOLS_VERSION}"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO_ROOT}"
@@ -27,4 +23,4 @@ OUTPUT_DIR="${1:-${CRD_DIR}}"
 mkdir -p "${OUTPUT_DIR}"
 # Start from an empty directory so a CRD whose type was removed goes too.
 find "${OUTPUT_DIR}" -maxdepth 1 -name '*.yaml' -delete
-go run "${CONTROLLER_GEN}" crd:crdVersions=v1 paths=./api/... output:crd:dir="${OUTPUT_DIR}"
+hack/controller-gen.sh crd:crdVersions=v1 paths=./api/... output:crd:dir="${OUTPUT_DIR}"
