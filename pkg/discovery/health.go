@@ -3,6 +3,7 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -140,33 +141,36 @@ func (s *Scanner) Refresh(old *Result) (*Result, bool) {
 	if err != nil {
 		return old, false
 	}
-	res := &Result{Driver: old.Driver, Errors: old.Errors}
-	changed := false
-	for _, oc := range old.Cards {
-		c := *oc
-		c.Ports = make([]*Port, len(oc.Ports))
-		var card Health
-		if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
-			card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
-		} else {
-			if id, err := ReadID(c.interfaceIDFile); err == nil {
+	res := &Result{Driver: old.Driver, Errors: old.Errors, Cards: make([]*Card, len(old.Cards))}
+	changes := make([]bool, len(old.Cards))
+	parallel(len(old.Cards), func(i int) { res.Cards[i], changes[i] = l.refresh(old.Cards[i]) })
+	return res, slices.Contains(changes, true)
+}
+
+// refresh is Refresh for one card.
+func (l layout) refresh(oc *Card) (*Card, bool) {
+	c := *oc
+	c.Ports = make([]*Port, len(oc.Ports))
+	var card Health
+	if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
+		card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
+	} else {
+		if v, err := fme.readPath(c.interfaceIDFile); err == nil {
+			if id, err := parseID(c.interfaceIDFile, v); err == nil {
 				c.InterfaceID = id
 			}
-			card, _ = l.cardHealth(&c, fme)
-			fme.close()
 		}
-		if c.InterfaceID != oc.InterfaceID {
+		card, _ = l.cardHealth(&c, fme)
+		fme.close()
+	}
+	changed := c.InterfaceID != oc.InterfaceID
+	for i, op := range oc.Ports {
+		p := *op
+		l.check(&c, card, &p, op.AFUID)
+		if p.AFUID != op.AFUID || p.Health.String() != op.Health.String() {
 			changed = true
 		}
-		for i, op := range oc.Ports {
-			p := *op
-			l.check(&c, card, &p, op.AFUID)
-			if p.AFUID != op.AFUID || p.Health.String() != op.Health.String() {
-				changed = true
-			}
-			c.Ports[i] = &p
-		}
-		res.Cards = append(res.Cards, &c)
+		c.Ports[i] = &p
 	}
-	return res, changed
+	return &c, changed
 }

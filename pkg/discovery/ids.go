@@ -32,7 +32,7 @@ func CanonicalID(s string) (string, error) {
 // returns it in canonical form. Errors from the read (EBUSY while a port is
 // being reprogrammed, ENOENT when the attribute is missing) are wrapped.
 func ReadID(path string) (string, error) {
-	s, err := readAttrAt(unix.AT_FDCWD, path)
+	s, err := readAttrAt(unix.AT_FDCWD, "", path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -220,10 +221,31 @@ type portPlan struct {
 	static  *portStatic
 }
 
-// walk lists the class directory and every card-level directory once
-// (sequential, a few system calls per card), then reads each card's
-// attributes in parallel through the card-level directory it keeps open:
-// opening attribute files dominates the cost.
+// listing is what the listing pass learned about one class directory entry.
+type listing struct {
+	key    dirKey
+	target string // the link target
+	err    error  // the entry is unusable; nothing else is set
+	// prCompatID is set for a DFL PR region (below its FME:
+	// .../dfl-fme.0/dfl-fme-region.1/fpga_region/region1): its compat_id,
+	// the card's interface ID. fmeDir is that FME's directory.
+	prCompatID, fmeDir string
+	// d is the open card-level directory, with its FME and port children;
+	// d.fd is -1 for a PR region or a directory with neither.
+	d       sysDir
+	fme     *dirEntry
+	ports   []dirEntry
+	pciPath string
+	// physfn is the physical function of a card-level directory that has
+	// ports but no FME: an SR-IOV virtual function (physfnErr when its
+	// physfn link cannot be read).
+	physfn    string
+	physfnErr error
+}
+
+// walk lists the class directory, then each card-level directory and reads
+// each card's attributes through the card-level directory it keeps open;
+// both passes run on all cores, as opening files dominates the cost.
 func (w *walker) walk(res *Result) error {
 	classDir := filepath.Join(w.root, w.l.classDir)
 	cd, err := openSysDir(classDir)
@@ -236,6 +258,14 @@ func (w *walker) walk(res *Result) error {
 		return fmt.Errorf("read %s class directory: %w", w.l.driver, err)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
+	listed := make([]listing, len(entries))
+	defer func() {
+		for _, l := range listed {
+			l.d.close()
+		}
+	}()
+	parallel(len(entries), func(i int) { listed[i] = w.list(cd, classDir, entries[i]) })
+
 	plans := map[string]*cardPlan{}
 	var order []*cardPlan
 	plan := func(pciPath string) *cardPlan {
@@ -247,92 +277,45 @@ func (w *walker) walk(res *Result) error {
 		order = append(order, p)
 		return p
 	}
-	var open []sysDir
-	defer func() {
-		for _, d := range open {
-			d.close()
-		}
-	}()
 	prRegions := map[string][]string{} // FME dir -> compat_id files
-	for _, e := range entries {
-		key := dirKey{path: classDir + "/" + e.name, ino: e.ino}
-		target, ok := w.old.links[key]
-		if !ok {
-			if target, err = readlinkAt(cd.fd, e.name); err != nil {
-				res.Errors = append(res.Errors, fmt.Errorf("resolve %s/%s: %w", classDir, e.name, err))
-				continue
-			}
-		}
-		w.next.links[key] = target
-		dir := filepath.Join(classDir, target)
-		if filepath.IsAbs(target) {
-			dir = filepath.Join(w.root, target)
-		}
-		// A DFL PR region lives below its FME:
-		// .../dfl-fme.0/dfl-fme-region.1/fpga_region/region1. It is not a
-		// card, and its compat_id is the card's interface ID.
-		if i := strings.Index(dir, "/dfl-fme-region."); i >= 0 {
-			prRegions[dir[:i]] = append(prRegions[dir[:i]], filepath.Join(dir, "compat_id"))
+	for _, l := range listed {
+		if l.err != nil {
+			res.Errors = append(res.Errors, l.err)
 			continue
 		}
-		d, err := openSysDir(dir)
-		if err != nil {
-			res.Errors = append(res.Errors, err)
+		w.next.links[l.key] = l.target
+		if l.prCompatID != "" {
+			prRegions[l.fmeDir] = append(prRegions[l.fmeDir], l.prCompatID)
 			continue
 		}
-		children, err := d.entries()
-		if err != nil {
-			d.close()
-			res.Errors = append(res.Errors, err)
-			continue
-		}
-		sort.Slice(children, func(i, j int) bool { return children[i].name < children[j].name })
-		var fme *dirEntry
-		var ports []dirEntry
-		for i, c := range children {
-			switch {
-			case strings.HasPrefix(c.name, w.l.fmePrefix):
-				fme = &children[i]
-			case strings.HasPrefix(c.name, w.l.portPrefix):
-				ports = append(ports, c)
-			}
-		}
-		if fme == nil && len(ports) == 0 {
-			d.close()
+		if l.fme == nil && len(l.ports) == 0 {
 			continue // a PR-region directory, not a card
 		}
-		open = append(open, d)
-		// <pci function>/fpga_region/regionN or <pci function>/fpga/intel-fpga-dev.N
-		pciPath := filepath.Dir(filepath.Dir(dir))
-		if fme != nil {
-			p := plan(pciPath)
-			p.fme = d.sub(fme.name)
-			p.fmeKey = dirKey{path: p.fme.path, ino: fme.ino}
+		if l.fme != nil {
+			p := plan(l.pciPath)
+			p.fme = l.d.sub(l.fme.name)
+			p.fmeKey = dirKey{path: p.fme.path, ino: l.fme.ino}
 		}
-		for _, c := range ports {
-			pp := portPlan{dir: d.sub(c.name), pciPath: pciPath}
+		for _, c := range l.ports {
+			pp := portPlan{dir: l.d.sub(c.name), pciPath: l.pciPath}
 			pp.key = dirKey{path: pp.dir.path, ino: c.ino}
-			if fme != nil {
-				p := plan(pciPath)
+			switch {
+			case l.fme != nil:
+				p := plan(l.pciPath)
 				p.ports = append(p.ports, pp)
-				continue
+			case l.physfnErr != nil:
+				res.Errors = append(res.Errors, fmt.Errorf("port %s: no FME in %s and no physfn link to a physical function", pp.dir.path, l.d.path))
+			default:
+				pp.vf = true
+				pf := plan(l.physfn)
+				pf.ports = append(pf.ports, pp)
 			}
-			// A port with no FME beside it sits on an SR-IOV virtual
-			// function; the FME is on the physical function.
-			physfn, err := readlinkAt(unix.AT_FDCWD, filepath.Join(pciPath, "physfn"))
-			if err != nil {
-				res.Errors = append(res.Errors, fmt.Errorf("port %s: no FME in %s and no physfn link to a physical function", pp.dir.path, dir))
-				continue
-			}
-			pp.vf = true
-			pf := plan(filepath.Join(pciPath, physfn))
-			pf.ports = append(pf.ports, pp)
 		}
 	}
 	for _, p := range order {
 		p.interfaceIDFiles = prRegions[p.fme.path]
 	}
-	w.readAll(order)
+	parallel(len(order), func(i int) { w.read(order[i]) })
 	for _, p := range order {
 		if p.static != nil && p.fmeKey.ino != 0 {
 			w.next.cards[p.fmeKey] = p.static
@@ -353,33 +336,84 @@ func (w *walker) walk(res *Result) error {
 	return nil
 }
 
-// readAll reads the planned cards with a small pool of workers.
-func (w *walker) readAll(plans []*cardPlan) {
-	workers := runtime.GOMAXPROCS(0)
-	if workers > len(plans) {
-		workers = len(plans)
+// list resolves one class directory entry and lists the card-level
+// directory it points to. It reads w.old only.
+func (w *walker) list(cd sysDir, classDir string, e dirEntry) listing {
+	l := listing{key: dirKey{path: classDir + "/" + e.name, ino: e.ino}, d: sysDir{fd: -1}}
+	target, ok := w.old.links[l.key]
+	if !ok {
+		var err error
+		if target, err = readlinkAt(cd.fd, e.name); err != nil {
+			l.err = fmt.Errorf("resolve %s/%s: %w", classDir, e.name, err)
+			return l
+		}
 	}
+	l.target = target
+	dir := filepath.Join(classDir, target)
+	if filepath.IsAbs(target) {
+		dir = filepath.Join(w.root, target)
+	}
+	// A DFL PR region lives below its FME. It is not a card, and its
+	// compat_id is the card's interface ID.
+	if i := strings.Index(dir, "/dfl-fme-region."); i >= 0 {
+		l.fmeDir, l.prCompatID = dir[:i], filepath.Join(dir, "compat_id")
+		return l
+	}
+	d, err := openSysDir(dir)
+	if err != nil {
+		l.err = err
+		return l
+	}
+	children, err := d.entries()
+	if err != nil {
+		d.close()
+		l.err = err
+		return l
+	}
+	sort.Slice(children, func(i, j int) bool { return children[i].name < children[j].name })
+	for i, c := range children {
+		switch {
+		case strings.HasPrefix(c.name, w.l.fmePrefix):
+			l.fme = &children[i]
+		case strings.HasPrefix(c.name, w.l.portPrefix):
+			l.ports = append(l.ports, c)
+		}
+	}
+	if l.fme == nil && len(l.ports) == 0 {
+		d.close()
+		return l
+	}
+	l.d = d
+	// <pci function>/fpga_region/regionN or <pci function>/fpga/intel-fpga-dev.N
+	l.pciPath = filepath.Dir(filepath.Dir(dir))
+	if l.fme == nil {
+		// A port with no FME beside it sits on an SR-IOV virtual
+		// function; the FME is on the physical function.
+		physfn, err := readlinkAt(unix.AT_FDCWD, filepath.Join(l.pciPath, "physfn"))
+		l.physfn, l.physfnErr = filepath.Join(l.pciPath, physfn), err
+	}
+	return l
+}
+
+// parallel calls f(0) ... f(n-1) on as many goroutines as the process may
+// run at once, and returns when every call has.
+func parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
-		for _, p := range plans {
-			w.read(p)
+		for i := range n {
+			f(i)
 		}
 		return
 	}
-	next := make(chan *cardPlan)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range next {
-				w.read(p)
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
 			}
-		}()
+		})
 	}
-	for _, p := range plans {
-		next <- p
-	}
-	close(next)
 	wg.Wait()
 }
 
@@ -483,17 +517,22 @@ func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, bool, err
 	} else {
 		complete = false
 	}
-	if pci, err := openSysDir(p.pciPath); err == nil {
-		c.VendorID, _ = pci.read("vendor")
-		c.DeviceID, _ = pci.read("device")
-		if v, err := pci.read("numa_node"); err == nil {
-			if n, err := strconv.Atoi(v); err == nil {
-				c.NUMANode = n
-			}
+	// The FME sits below its PCI function: read the PCI attributes through
+	// the directory already open.
+	pci, ok := fme.ancestor(p.pciPath)
+	if !ok {
+		var err error
+		if pci, err = openSysDir(p.pciPath); err != nil {
+			return &cardStatic{card: c}, false, nil
 		}
-		pci.close()
-	} else {
-		complete = false
+		defer pci.close()
+	}
+	c.VendorID, _ = pci.read("vendor")
+	c.DeviceID, _ = pci.read("device")
+	if v, err := pci.read("numa_node"); err == nil {
+		if n, err := strconv.Atoi(v); err == nil {
+			c.NUMANode = n
+		}
 	}
 	return &cardStatic{card: c}, complete, nil
 }

@@ -106,6 +106,41 @@ func TestScan(t *testing.T) {
 	}
 }
 
+// TestDevCharLinks: the simulated node has udev's /dev/char/MAJOR:MINOR
+// link for every FME and port node, and a hot-unplug removes the card's.
+func TestDevCharLinks(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 2})
+	res := scan(t, n.Root)
+	check := func(node discovery.DevNode, want bool) {
+		t.Helper()
+		link := filepath.Join(n.Root, "dev/char", fmt.Sprintf("%d:%d", node.Major, node.Minor))
+		if !want {
+			if _, err := os.Lstat(link); !os.IsNotExist(err) {
+				t.Errorf("%s still exists after the card was unplugged (%v)", link, err)
+			}
+			return
+		}
+		if got, err := filepath.EvalSymlinks(link); err != nil || got != node.HostPath {
+			t.Errorf("%s resolves to %q (%v), want %s", link, got, err, node.HostPath)
+		}
+	}
+	for _, c := range res.Cards {
+		check(c.FME, true)
+		for _, p := range c.Ports {
+			check(p.Node, true)
+		}
+	}
+	if err := n.RemoveCard(n.Cards[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range res.Cards {
+		check(c.FME, i != 0)
+		for _, p := range c.Ports {
+			check(p.Node, i != 0)
+		}
+	}
+}
+
 func TestScanDeviceNameStable(t *testing.T) {
 	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 2})
 	a := scan(t, n.Root).Ports()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,28 @@ func openSysDir(path string) (sysDir, error) {
 // open, and closing it does nothing.
 func (d sysDir) sub(name string) sysDir {
 	return sysDir{fd: d.fd, rel: d.rel + name + "/", path: d.path + "/" + name}
+}
+
+// ancestor returns a view of the directory at path, an ancestor of d's
+// open directory, that reads through that directory with "../" steps. It
+// makes no system call; ok is false when path is not such an ancestor.
+// sysfs directories have one parent, so the steps reach path as long as
+// path was found by walking down from it.
+func (d sysDir) ancestor(path string) (sysDir, bool) {
+	base := d.path
+	if rel := strings.TrimSuffix(d.rel, "/"); rel != "" {
+		if base, _ = strings.CutSuffix(d.path, "/"+rel); base == d.path {
+			return sysDir{}, false
+		}
+	}
+	if base == path {
+		return sysDir{fd: d.fd, path: path}, d.fd >= 0
+	}
+	rest, ok := strings.CutPrefix(base, path+"/")
+	if !ok || path == "" || d.fd < 0 {
+		return sysDir{}, false
+	}
+	return sysDir{fd: d.fd, rel: strings.Repeat("../", strings.Count(rest, "/")+1), path: path}, true
 }
 
 func (d sysDir) close() {
@@ -110,7 +133,7 @@ func (d sysDir) names() ([]string, error) {
 
 // read returns an attribute's content with surrounding white space removed.
 func (d sysDir) read(name string) (string, error) {
-	s, err := readAttrAt(d.fd, d.rel+name)
+	s, err := readAttrAt(d.fd, d.rel, name)
 	if err != nil {
 		return "", fmt.Errorf("read %s/%s: %w", d.path, name, err)
 	}
@@ -123,18 +146,18 @@ func (d sysDir) readPath(path string) (string, error) {
 	if rest, ok := strings.CutPrefix(path, d.path+"/"); ok && d.fd >= 0 {
 		return d.read(rest)
 	}
-	s, err := readAttrAt(unix.AT_FDCWD, path)
+	s, err := readAttrAt(unix.AT_FDCWD, "", path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return s, nil
 }
 
-// readAttrAt reads a sysfs attribute relative to dirfd (unix.AT_FDCWD for
-// a plain path) without the os.File machinery: sysfs attributes are at most
-// a page and one read returns all of it.
-func readAttrAt(dirfd int, name string) (string, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// readAttrAt reads the sysfs attribute rel+name relative to dirfd
+// (unix.AT_FDCWD for a plain path) without the os.File machinery: sysfs
+// attributes are at most a page and one read returns all of it.
+func readAttrAt(dirfd int, rel, name string) (string, error) {
+	fd, err := openAt(dirfd, rel, name)
 	if err != nil {
 		return "", err
 	}
@@ -145,6 +168,25 @@ func readAttrAt(dirfd int, name string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// openAt opens rel+name relative to dirfd for reading. A scan opens
+// thousands of files, so it builds the C string on the stack instead of
+// allocating it, as unix.Openat does.
+func openAt(dirfd int, rel, name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_CLOEXEC
+	var path [512]byte
+	if len(rel)+len(name) >= len(path) {
+		return unix.Openat(dirfd, rel+name, flags, 0)
+	}
+	n := copy(path[:], rel)
+	n += copy(path[n:], name)
+	path[n] = 0
+	fd, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), flags, 0, 0, 0)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), nil
 }
 
 // readID reads an ID attribute in canonical form.

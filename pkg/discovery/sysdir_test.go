@@ -80,3 +80,42 @@ func FuzzParseDirents(f *testing.F) {
 		}
 	})
 }
+
+// TestAncestor reads a file of an ancestor directory through a view of a
+// descendant's open directory, and refuses paths that are not ancestors.
+func TestAncestor(t *testing.T) {
+	root := t.TempDir()
+	deep := filepath.Join(root, "pci", "fpga_region", "region0")
+	if err := os.MkdirAll(filepath.Join(deep, "dfl-fme.0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pci := filepath.Join(root, "pci")
+	if err := os.WriteFile(filepath.Join(pci, "vendor"), []byte("0x8086\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := openSysDir(deep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	for _, from := range []sysDir{d, d.sub("dfl-fme.0")} {
+		a, ok := from.ancestor(pci)
+		if !ok {
+			t.Fatalf("%s: %s is not an ancestor", from.path, pci)
+		}
+		if v, err := a.read("vendor"); err != nil || v != "0x8086" {
+			t.Errorf("read vendor through %s (rel %q): %q, %v", from.path, a.rel, v, err)
+		}
+		if a.path != pci {
+			t.Errorf("view path %s, want %s", a.path, pci)
+		}
+	}
+	if a, ok := d.ancestor(deep); !ok || a.rel != "" {
+		t.Errorf("ancestor(itself) = %+v, %v; want the directory itself", a, ok)
+	}
+	for _, path := range []string{filepath.Join(root, "pc"), filepath.Join(deep, "dfl-fme.0"), "", filepath.Join(root, "other")} {
+		if _, ok := d.ancestor(path); ok {
+			t.Errorf("ancestor(%q) of %s: ok, want refused", path, d.path)
+		}
+	}
+}

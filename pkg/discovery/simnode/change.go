@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -75,18 +76,23 @@ func (n *Node) SetInterfaceID(c *Card, id string) error {
 func (n *Node) RemoveDevNode(p *Port) error { return os.Remove(p.DevPath) }
 
 // RemoveCard hot-unplugs a card: its PCI functions (and VFs), every class,
-// bus and /sys/dev/char link that pointed into them, and its /dev nodes.
+// bus and /sys/dev/char link that pointed into them, and its /dev nodes
+// with their /dev/char links.
 // The card keeps its index; later cards keep their addresses.
 func (n *Node) RemoveCard(c *Card) error {
+	nodes := []string{filepath.Join(n.Root, "dev", c.FMEName)}
 	for _, p := range c.Ports {
-		_ = os.Remove(p.DevPath)
+		nodes = append(nodes, p.DevPath)
 	}
-	_ = os.Remove(filepath.Join(n.Root, "dev", c.FMEName))
+	for _, node := range nodes {
+		_ = os.Remove(node)
+	}
 	gone := func(target string) bool {
 		return strings.HasPrefix(target, c.PCIPath) ||
-			strings.HasPrefix(target, strings.TrimSuffix(c.PCIPath, ".0")+".")
+			strings.HasPrefix(target, strings.TrimSuffix(c.PCIPath, ".0")+".") ||
+			slices.Contains(nodes, target)
 	}
-	for _, dir := range []string{"sys/class/fpga_region", "sys/class/fpga", "sys/dev/char", "sys/bus/pci/devices"} {
+	for _, dir := range []string{"sys/class/fpga_region", "sys/class/fpga", "sys/dev/char", "sys/bus/pci/devices", "dev/char"} {
 		d := filepath.Join(n.Root, dir)
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {

@@ -2,7 +2,8 @@
 // exactly as the Linux DFL driver and the out-of-tree OPAE driver lay them
 // out (class links, /sys/dev/char links, /sys/bus/pci/devices links, PCI
 // attributes, FME and port attributes, PR-region directories) with real
-// character device nodes where the process may create them.
+// character device nodes where the process may create them, and the
+// /dev/char/MAJOR:MINOR links udev adds beside them.
 //
 // Tests, benchmarks and the demo use it; discovery reads what it writes with
 // the same code it uses on a host.
@@ -392,7 +393,8 @@ func (n *Node) addPort(c *Card, k int, parent, addr, prefix string, major int) e
 	return nil
 }
 
-// devNode writes the sysfs dev file, the /sys/dev/char link and the /dev node.
+// devNode writes the sysfs dev file, the /sys/dev/char link, the /dev node
+// and udev's /dev/char link to it.
 func (n *Node) devNode(sysDir string, major, minor int) error {
 	mm := fmt.Sprintf("%d:%d", major, minor)
 	if err := writeFile(filepath.Join(sysDir, "dev"), mm+"\n"); err != nil {
@@ -401,7 +403,11 @@ func (n *Node) devNode(sysDir string, major, minor int) error {
 	if err := n.link(filepath.Join(n.Root, "sys/dev/char", mm), sysDir); err != nil {
 		return err
 	}
-	return n.mknod(filepath.Join(n.Root, "dev", filepath.Base(sysDir)), major, minor)
+	node := filepath.Join(n.Root, "dev", filepath.Base(sysDir))
+	if err := n.mknod(node, major, minor); err != nil {
+		return err
+	}
+	return n.link(filepath.Join(n.Root, "dev/char", mm), node)
 }
 
 func (n *Node) mknod(path string, major, minor int) error {
