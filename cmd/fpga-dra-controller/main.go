@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 )
 
 func main() {
@@ -69,16 +71,19 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagenv.Apply(cmd.Flags()); err != nil {
+				return err
+			}
 			return run(cmd.Context(), o)
 		},
 	}
 	host, _ := os.Hostname()
 	fs := cmd.Flags()
-	fs.StringVar(&o.kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; in-cluster config when empty [$KUBECONFIG]")
-	fs.StringVar(&o.driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks [$DRIVER_NAME]")
-	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", envOr("EXTENDED_RESOURCE_DOMAIN", "fpga.dra.dev"), "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none [$EXTENDED_RESOURCE_DOMAIN]")
-	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", ""), "namespace of the leader election Lease and the webhook certificate Secret (required) [$POD_NAMESPACE]")
-	fs.StringVar(&o.identity, "identity", envOr("POD_NAME", host), "leader election identity of this replica [$POD_NAME]")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
+	fs.StringVar(&o.driverName, "driver-name", "fpga.dra.dev", "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks")
+	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", "fpga.dra.dev", "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of the leader election Lease and the webhook certificate Secret (required)")
+	fs.StringVar(&o.identity, "identity", host, "leader election identity of this replica")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "API server queries per second")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 40, "API server burst")
 	fs.IntVar(&o.workers, "workers", 2, "objects reconciled in parallel")
@@ -89,27 +94,31 @@ func newRootCommand() *cobra.Command {
 	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up the lease")
 	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often the lease is tried")
 	fs.DurationVar(&o.healthSlack, "leader-election-health-timeout", 20*time.Second, "/healthz fails when the leader has not renewed its lease for the lease duration plus this")
-	fs.StringVar(&o.httpAddress, "http-address", envOr("HTTP_ADDRESS", ":8080"), "address of the plain HTTP endpoints /metrics, /healthz and /readyz [$HTTP_ADDRESS]")
+	fs.StringVar(&o.httpAddress, "http-address", ":8080", "address of the plain HTTP endpoints /metrics, /healthz and /readyz")
 	fs.BoolVar(&o.webhook, "webhook", true, "serve the validating admission webhook")
-	fs.StringVar(&o.webhookAddress, "webhook-address", envOr("WEBHOOK_ADDRESS", ":9443"), "address of the TLS admission webhook [$WEBHOOK_ADDRESS]")
-	fs.StringVar(&o.tlsMode, "webhook-tls", envOr("WEBHOOK_TLS", tlsSelfSigned), "where the webhook certificate comes from: self-signed (generated, kept in --webhook-secret-name, CA patched into --webhook-configuration) or files (--webhook-cert-file and --webhook-key-file, e.g. from cert-manager; reloaded when they change) [$WEBHOOK_TLS]")
+	fs.StringVar(&o.webhookAddress, "webhook-address", ":9443", "address of the TLS admission webhook")
+	fs.StringVar(&o.tlsMode, "webhook-tls", tlsSelfSigned, "where the webhook certificate comes from: self-signed (generated, kept in --webhook-secret-name, CA patched into --webhook-configuration) or files (--webhook-cert-file and --webhook-key-file, e.g. from cert-manager; reloaded when they change)")
 	fs.StringVar(&o.certFile, "webhook-cert-file", "/etc/fpga-dra-controller/tls/tls.crt", "serving certificate with --webhook-tls=files")
 	fs.StringVar(&o.keyFile, "webhook-key-file", "/etc/fpga-dra-controller/tls/tls.key", "serving key with --webhook-tls=files")
-	fs.StringVar(&o.secretName, "webhook-secret-name", envOr("WEBHOOK_SECRET_NAME", "fpga-dra-controller-webhook-tls"), "Secret holding the self-signed certificates [$WEBHOOK_SECRET_NAME]")
-	fs.StringVar(&o.serviceName, "webhook-service-name", envOr("WEBHOOK_SERVICE_NAME", "fpga-dra-controller-webhook"), "Service in front of the webhook: the self-signed certificate's DNS names [$WEBHOOK_SERVICE_NAME]")
-	fs.StringVar(&o.webhookConfig, "webhook-configuration", envOr("WEBHOOK_CONFIGURATION", "fpga-dra-driver"), "ValidatingWebhookConfiguration whose caBundle the self-signed mode sets [$WEBHOOK_CONFIGURATION]")
+	fs.StringVar(&o.secretName, "webhook-secret-name", "fpga-dra-controller-webhook-tls", "Secret holding the self-signed certificates")
+	fs.StringVar(&o.serviceName, "webhook-service-name", "fpga-dra-controller-webhook", "Service in front of the webhook: the self-signed certificate's DNS names")
+	fs.StringVar(&o.webhookConfig, "webhook-configuration", "fpga-dra-driver", "ValidatingWebhookConfiguration whose caBundle the self-signed mode sets")
 	fs.DurationVar(&o.certValidity, "webhook-cert-validity", 10*365*24*time.Hour, "validity of self-signed certificates; they are replaced a tenth of it before expiry")
+	flagenv.Twins(fs, map[string]string{
+		"kubeconfig":               "KUBECONFIG",
+		"driver-name":              "DRIVER_NAME",
+		"extended-resource-domain": "EXTENDED_RESOURCE_DOMAIN",
+		"namespace":                "POD_NAMESPACE",
+		"identity":                 "POD_NAME",
+		"http-address":             "HTTP_ADDRESS",
+		"webhook-address":          "WEBHOOK_ADDRESS",
+		"webhook-tls":              "WEBHOOK_TLS",
+		"webhook-secret-name":      "WEBHOOK_SECRET_NAME",
+		"webhook-service-name":     "WEBHOOK_SERVICE_NAME",
+		"webhook-configuration":    "WEBHOOK_CONFIGURATION",
+	})
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
-}
-
-// envOr returns the environment variable's value, or def when it is unset:
-// flags have environment twins for Deployment manifests.
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
 }

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -58,7 +60,14 @@ func TestFlagsHaveEnvironmentTwins(t *testing.T) {
 	t.Setenv("DRIVER_NAME", "fpga.example.com")
 	t.Setenv("WEBHOOK_TLS", tlsFiles)
 	cmd := newRootCommand()
-	for flag, want := range map[string]string{"driver-name": "fpga.example.com", "webhook-tls": tlsFiles} {
+	if err := cmd.ParseFlags([]string{"--webhook-tls=" + tlsSelfSigned}); err != nil {
+		t.Fatal(err)
+	}
+	if err := flagenv.Apply(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	// The command line wins over the environment.
+	for flag, want := range map[string]string{"driver-name": "fpga.example.com", "webhook-tls": tlsSelfSigned} {
 		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
 			t.Errorf("--%s = %q, want %q from the environment", flag, got, want)
 		}

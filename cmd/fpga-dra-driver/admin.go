@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -25,11 +26,18 @@ type adminFlags struct {
 
 func (f *adminFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name [$DRIVER_NAME]")
-	fs.StringVar(&f.pluginDir, "plugin-dir", envOr("PLUGIN_DIR", ""), "the daemon's plugin data directory; /var/lib/kubelet/plugins/<driver-name> when empty [$PLUGIN_DIR]")
-	fs.StringVar(&f.controlSocket, "control-socket", envOr("CONTROL_SOCKET", ""), "the daemon's control socket; <plugin-dir>/control.sock when empty [$CONTROL_SOCKET]")
-	fs.StringVar(&f.root, "root", envOr("FPGA_ROOT", "/"), "directory holding sys/ and dev/, used when the daemon is not running [$FPGA_ROOT]")
-	fs.StringVar(&f.kernelDriver, "kernel-driver", envOr("KERNEL_DRIVER", "auto"), "auto, dfl or opae, used when the daemon is not running [$KERNEL_DRIVER]")
+	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name")
+	fs.StringVar(&f.pluginDir, "plugin-dir", "", "the daemon's plugin data directory; /var/lib/kubelet/plugins/<driver-name> when empty")
+	fs.StringVar(&f.controlSocket, "control-socket", "", "the daemon's control socket; <plugin-dir>/control.sock when empty")
+	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/, used when the daemon is not running")
+	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "auto, dfl or opae, used when the daemon is not running")
+	flagenv.Twins(fs, map[string]string{
+		"driver-name":    "DRIVER_NAME",
+		"plugin-dir":     "PLUGIN_DIR",
+		"control-socket": "CONTROL_SOCKET",
+		"root":           "FPGA_ROOT",
+		"kernel-driver":  "KERNEL_DRIVER",
+	})
 	fs.StringVarP(&f.output, "output", "o", "table", "table or json")
 }
 
@@ -178,9 +186,13 @@ func newProgramCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&port, "port", "", "the port: /dev/dfl-port.0, dfl-port.0 or its DRA device name")
 	fs.StringVar(&file, "bitstream", "", "a GBS or AOCX file; it is installed into the repository first")
-	fs.StringVar(&repo, "bitstream-dir", envOr("BITSTREAM_DIR", program.DefaultRepositoryDir), "the daemon's bitstream repository [$BITSTREAM_DIR]")
-	fs.StringVar(&kind, "programmer", envOr("PROGRAMMER", program.KindAuto), "backend when the daemon is not running: auto, dfl, opae or sim [$PROGRAMMER]")
+	fs.StringVar(&repo, "bitstream-dir", program.DefaultRepositoryDir, "the daemon's bitstream repository")
+	fs.StringVar(&kind, "programmer", program.KindAuto, "backend when the daemon is not running: auto, dfl, opae or sim")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
+	flagenv.Twins(fs, map[string]string{
+		"bitstream-dir": "BITSTREAM_DIR",
+		"programmer":    "PROGRAMMER",
+	})
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -33,7 +34,7 @@ func newDiscoverCommand() *cobra.Command {
 				return err
 			}
 			for _, e := range res.Errors {
-				fmt.Fprintln(os.Stderr, "warning:", e)
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", e)
 			}
 			if res.Driver == discovery.DriverNone {
 				return fmt.Errorf("no FPGA kernel driver below %s: neither sys/class/fpga (OPAE) nor sys/class/fpga_region (DFL) exists", root)
@@ -62,12 +63,18 @@ func newDiscoverCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&root, "root", envOr("FPGA_ROOT", "/"), "directory holding sys/ and dev/ (a simulated node's --dir)")
-	f.StringVar(&nodeName, "node-name", envOr("NODE_NAME", hostname()), "node name the slices are published for")
-	f.StringVar(&driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name, also the attribute domain")
+	f.StringVar(&root, "root", "/", "directory holding sys/ and dev/ (a simulated node's --dir)")
+	f.StringVar(&nodeName, "node-name", hostname(), "node name the slices are published for")
+	f.StringVar(&driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
 	f.StringVarP(&output, "output", "o", "yaml", "output format: json or yaml")
-	f.StringVar(&kernelDriver, "kernel-driver", envOr("KERNEL_DRIVER", "auto"), "auto, dfl or opae")
+	f.StringVar(&kernelDriver, "kernel-driver", "auto", "auto, dfl or opae")
 	f.BoolVar(&programmable, "programmable", true, "whether this node allows reprogramming")
+	flagenv.Twins(f, map[string]string{
+		"root":          "FPGA_ROOT",
+		"node-name":     "NODE_NAME",
+		"driver-name":   "DRIVER_NAME",
+		"kernel-driver": "KERNEL_DRIVER",
+	})
 	return cmd
 }
 

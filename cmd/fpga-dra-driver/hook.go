@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -50,8 +51,11 @@ FPGA_REGION_<n> variables is left alone.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "control-socket", envOr("CONTROL_SOCKET", defaultControlSocket("/var/lib/kubelet/plugins/fpga.dra.dev")), "the daemon's control socket [$CONTROL_SOCKET]")
+	f.StringVar(&socket, "control-socket", defaultControlSocket("/var/lib/kubelet/plugins/fpga.dra.dev"), "the daemon's control socket")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for programming")
+	flagenv.Twins(f, map[string]string{
+		"control-socket": "CONTROL_SOCKET",
+	})
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -77,8 +78,11 @@ func newInstallCommand() *cobra.Command {
 			return printOutput(cmd.OutOrStdout(), output, i, append([][]string{{"INSTALLED", bs.Name}}, i.rows()...))
 		},
 	}
-	cmd.Flags().StringVar(&dir, "bitstream-dir", envOr("BITSTREAM_DIR", program.DefaultRepositoryDir), "the node's bitstream repository [$BITSTREAM_DIR]")
+	cmd.Flags().StringVar(&dir, "bitstream-dir", program.DefaultRepositoryDir, "the node's bitstream repository")
 	cmd.Flags().BoolVar(&force, "force", false, "replace an installed file with other content")
+	flagenv.Twins(cmd.Flags(), map[string]string{
+		"bitstream-dir": "BITSTREAM_DIR",
+	})
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 )
 
 func main() {
@@ -26,18 +28,12 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		// Without a subcommand the daemon runs.
 		RunE: run.RunE,
+		// Flags not given on the command line take their environment
+		// twins (DaemonSet manifests set those).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return flagenv.Apply(cmd.Flags()) },
 	}
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand(),
 		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand())
 	return root
-}
-
-// envOr returns the environment variable's value, or def when it is unset:
-// every daemon flag has an environment twin for DaemonSet manifests.
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
@@ -55,39 +56,78 @@ func newRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return run(klog.NewContext(ctx, klog.Background()), f)
+			ctx = klog.NewContext(ctx, klog.Background())
+			err := run(ctx, f)
+			if err != nil && ctx.Err() != nil {
+				// Stopped while starting (e.g. waiting for an
+				// unreachable API server): a clean shutdown.
+				klog.FromContext(ctx).Info("Stopped before start-up completed", "cause", context.Cause(ctx), "interrupted", err)
+				return nil
+			}
+			return err
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; in-cluster config when empty [$KUBECONFIG]")
-	fs.StringVar(&f.nodeName, "node-name", envOr("NODE_NAME", ""), "name of this node (required) [$NODE_NAME]")
-	fs.StringVar(&f.driverName, "driver-name", envOr("DRIVER_NAME", "fpga.dra.dev"), "DRA driver name, also the attribute domain [$DRIVER_NAME]")
-	fs.StringVar(&f.root, "root", envOr("FPGA_ROOT", "/"), "directory holding sys/ and dev/; a simulated node's --dir [$FPGA_ROOT]")
-	fs.StringVar(&f.kernelDriver, "kernel-driver", envOr("KERNEL_DRIVER", "auto"), "auto, dfl, opae or none [$KERNEL_DRIVER]")
-	fs.StringVar(&f.registrarDir, "registrar-dir", envOr("REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory [$REGISTRAR_DIR]")
-	fs.StringVar(&f.pluginDir, "plugin-dir", envOr("PLUGIN_DIR", ""), "plugin data directory (sockets, checkpoint); /var/lib/kubelet/plugins/<driver-name> when empty [$PLUGIN_DIR]")
-	fs.StringVar(&f.cdiDir, "cdi-dir", envOr("CDI_DIR", "/var/run/cdi"), "directory the container runtime reads CDI specs from [$CDI_DIR]")
-	fs.StringVar(&f.bitstreamDir, "bitstream-dir", envOr("BITSTREAM_DIR", program.DefaultRepositoryDir), "bitstream repository; claims name files only inside it [$BITSTREAM_DIR]")
-	fs.StringVar(&f.programmer, "programmer", envOr("PROGRAMMER", program.KindAuto), "partial-reconfiguration backend: auto, dfl, opae or sim [$PROGRAMMER]")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
+	fs.StringVar(&f.nodeName, "node-name", "", "name of this node (required)")
+	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
+	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/; a simulated node's --dir")
+	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "auto, dfl, opae or none")
+	fs.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory")
+	fs.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data directory (sockets, checkpoint); /var/lib/kubelet/plugins/<driver-name> when empty")
+	fs.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from")
+	fs.StringVar(&f.bitstreamDir, "bitstream-dir", program.DefaultRepositoryDir, "bitstream repository; claims name files only inside it")
+	fs.StringVar(&f.programmer, "programmer", program.KindAuto, "partial-reconfiguration backend: auto, dfl, opae or sim")
 	fs.DurationVar(&f.simProgramDelay, "sim-program-delay", 2*time.Second, "how long the sim programmer takes per region")
 	fs.DurationVar(&f.prepareWait, "prepare-wait", 20*time.Second, "how long one prepare call waits for programming before it reports \"in progress\" (the kubelet gives a call 45s)")
-	fs.StringVar(&f.bootIDFile, "boot-id-file", envOr("BOOT_ID_FILE", ""), "boot ID file; <root>/proc/sys/kernel/random/boot_id when it exists, else /proc/sys/kernel/random/boot_id [$BOOT_ID_FILE]")
+	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "boot ID file; <root>/proc/sys/kernel/random/boot_id when it exists, else /proc/sys/kernel/random/boot_id")
 	fs.DurationVar(&f.refreshInterval, "refresh-interval", 30*time.Second, "how often IDs, error registers and device nodes are re-read")
-	fs.BoolVar(&f.programmable, "programmable", envOr("PROGRAMMABLE", "true") == "true", "allow partial reconfiguration on this node [$PROGRAMMABLE]")
+	fs.BoolVar(&f.programmable, "programmable", true, "allow partial reconfiguration on this node")
 	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second; the helper reads every claim it prepares")
 	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
-	fs.StringVar(&f.mode, "mode", envOr("MODE", modeAuto), "API to serve: auto (DRA when the API server serves resource.k8s.io, else device-plugin), dra or device-plugin [$MODE]")
-	fs.StringVar(&f.devicePluginMode, "device-plugin-mode", envOr("DEVICE_PLUGIN_MODE", string(deviceplugin.ModeAF)), "device-plugin resources: af (one per loaded function, a device per port) or region (one per interface ID, a device per card, programmed for the container); the node annotation fpga.dra.dev/device-plugin-mode (or fpga.intel.com/device-plugin-mode) overrides it [$DEVICE_PLUGIN_MODE]")
-	fs.StringVar(&f.devicePluginsDir, "device-plugins-dir", envOr("DEVICE_PLUGINS_DIR", "/var/lib/kubelet/device-plugins"), "the kubelet's device-plugin directory (kubelet.sock) [$DEVICE_PLUGINS_DIR]")
-	fs.StringVar(&f.resourceDomain, "resource-domain", envOr("RESOURCE_DOMAIN", deviceplugin.DefaultDomain), "domain of the device-plugin resource names; fpga.intel.com keeps the Intel FPGA device plugin's names [$RESOURCE_DOMAIN]")
-	fs.BoolVar(&f.cdi, "cdi", envOr("CDI", "true") == "true", "device-plugin mode: also hand out CDI devices (and, in region mode, the programming hook) in Allocate [$CDI]")
-	fs.StringVar(&f.controlSocket, "control-socket", envOr("CONTROL_SOCKET", ""), "local control socket (programming hook, admin); <plugin-dir>/control.sock when empty [$CONTROL_SOCKET]")
-	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", envOr("POD_RESOURCES_SOCKET", deviceplugin.DefaultPodResourcesSocket), "the kubelet's pod-resources socket: in DRA mode, device-plugin holds left from an earlier mode are released once it lists no container with their ports [$POD_RESOURCES_SOCKET]")
-	fs.StringVar(&f.hookPath, "hook-path", envOr("HOOK_PATH", ""), "this program's path on the host, run by the container runtime as the region programming hook; this process's executable when empty [$HOOK_PATH]")
-	fs.StringVar(&f.ueventSource, "uevent-source", envOr("UEVENT_SOURCE", "netlink"), "where hot-plug uevents come from: netlink (the kernel), unix:PATH (a datagram socket a simulated node sends to) or none (full rescans every refresh interval) [$UEVENT_SOURCE]")
-	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ""), "serve Prometheus /metrics on this address (e.g. :9400); off when empty [$METRICS_ADDRESS]")
-	fs.StringVar(&f.livenessAddress, "liveness-address", envOr("LIVENESS_ADDRESS", ""), "serve the gRPC liveness probe (grpc.health.v1) on this address (e.g. :51515); off when empty [$LIVENESS_ADDRESS]")
-	fs.StringVar(&f.unhealthyEffect, "unhealthy-taint-effect", envOr("UNHEALTHY_TAINT_EFFECT", string(resourceapi.DeviceTaintEffectNoSchedule)), "effect of the taint on an unhealthy device: NoSchedule, or NoExecute to also evict its pods [$UNHEALTHY_TAINT_EFFECT]")
+	fs.StringVar(&f.mode, "mode", modeAuto, "API to serve: auto (DRA when the API server serves resource.k8s.io, else device-plugin), dra or device-plugin")
+	fs.StringVar(&f.devicePluginMode, "device-plugin-mode", string(deviceplugin.ModeAF), "device-plugin resources: af (one per loaded function, a device per port) or region (one per interface ID, a device per card, programmed for the container); the node annotation fpga.dra.dev/device-plugin-mode (or fpga.intel.com/device-plugin-mode) overrides it")
+	fs.StringVar(&f.devicePluginsDir, "device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (kubelet.sock)")
+	fs.StringVar(&f.resourceDomain, "resource-domain", deviceplugin.DefaultDomain, "domain of the device-plugin resource names; fpga.intel.com keeps the Intel FPGA device plugin's names")
+	fs.BoolVar(&f.cdi, "cdi", true, "device-plugin mode: also hand out CDI devices (and, in region mode, the programming hook) in Allocate")
+	fs.StringVar(&f.controlSocket, "control-socket", "", "local control socket (programming hook, admin); <plugin-dir>/control.sock when empty")
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: in DRA mode, device-plugin holds left from an earlier mode are released once it lists no container with their ports")
+	fs.StringVar(&f.hookPath, "hook-path", "", "this program's path on the host, run by the container runtime as the region programming hook; this process's executable when empty")
+	fs.StringVar(&f.ueventSource, "uevent-source", "netlink", "where hot-plug uevents come from: netlink (the kernel), unix:PATH (a datagram socket a simulated node sends to) or none (full rescans every refresh interval)")
+	fs.StringVar(&f.metricsAddress, "metrics-address", "", "serve Prometheus /metrics on this address (e.g. :9400); off when empty")
+	fs.StringVar(&f.livenessAddress, "liveness-address", "", "serve the gRPC liveness probe (grpc.health.v1) on this address (e.g. :51515); off when empty")
+	fs.StringVar(&f.unhealthyEffect, "unhealthy-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), "effect of the taint on an unhealthy device: NoSchedule, or NoExecute to also evict its pods")
+	flagenv.Twins(fs, map[string]string{
+		"kubeconfig":             "KUBECONFIG",
+		"node-name":              "NODE_NAME",
+		"driver-name":            "DRIVER_NAME",
+		"root":                   "FPGA_ROOT",
+		"kernel-driver":          "KERNEL_DRIVER",
+		"registrar-dir":          "REGISTRAR_DIR",
+		"plugin-dir":             "PLUGIN_DIR",
+		"cdi-dir":                "CDI_DIR",
+		"bitstream-dir":          "BITSTREAM_DIR",
+		"programmer":             "PROGRAMMER",
+		"boot-id-file":           "BOOT_ID_FILE",
+		"programmable":           "PROGRAMMABLE",
+		"mode":                   "MODE",
+		"device-plugin-mode":     "DEVICE_PLUGIN_MODE",
+		"device-plugins-dir":     "DEVICE_PLUGINS_DIR",
+		"resource-domain":        "RESOURCE_DOMAIN",
+		"cdi":                    "CDI",
+		"control-socket":         "CONTROL_SOCKET",
+		"pod-resources-socket":   "POD_RESOURCES_SOCKET",
+		"hook-path":              "HOOK_PATH",
+		"uevent-source":          "UEVENT_SOURCE",
+		"metrics-address":        "METRICS_ADDRESS",
+		"liveness-address":       "LIVENESS_ADDRESS",
+		"unhealthy-taint-effect": "UNHEALTHY_TAINT_EFFECT",
+		"sim-program-delay":      "SIM_PROGRAM_DELAY",
+		"prepare-wait":           "PREPARE_WAIT",
+		"refresh-interval":       "REFRESH_INTERVAL",
+		"kube-api-qps":           "KUBE_API_QPS",
+		"kube-api-burst":         "KUBE_API_BURST",
+	})
 	klogFlags := goflagSet()
 	fs.AddGoFlagSet(klogFlags)
 	return cmd

@@ -68,6 +68,15 @@ type Driver struct {
 	devices *discovery.Result
 	// changed is closed and replaced whenever devices changes.
 	changed chan struct{}
+	// discovered is closed once devices is set: the kubelet may call
+	// the plugin as soon as its sockets exist, before the first
+	// discovery pass is done.
+	discovered     chan struct{}
+	discoveredOnce sync.Once
+	// published holds the name of every device published since Start;
+	// one no longer discovered is reported unhealthy (removed) to the
+	// kubelet, so that pods holding it see why.
+	published map[string]bool
 
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
@@ -83,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.HealthResend = 10 * time.Second
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	d := &Driver{cfg: cfg, changed: make(chan struct{}), cancel: cancel}
+	d := &Driver{cfg: cfg, changed: make(chan struct{}), discovered: make(chan struct{}), published: map[string]bool{}, cancel: cancel}
 	d.watcher = &discovery.Watcher{
 		Scanner:  cfg.Scanner,
 		Interval: cfg.RefreshInterval,
@@ -134,7 +143,8 @@ func (d *Driver) Stop() {
 // Helper exposes the kubeletplugin helper (registration status, tests).
 func (d *Driver) Helper() *kubeletplugin.Helper { return d.helper }
 
-// Devices returns the latest discovery result.
+// Devices returns the latest discovery result; nil only while Start runs
+// its first discovery pass.
 func (d *Driver) Devices() *discovery.Result {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -164,10 +174,25 @@ func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	d.cfg.Metrics.SetDevices(healthy, len(res.Ports())-healthy)
 	d.mu.Lock()
 	d.devices = res
+	for _, p := range res.Ports() {
+		d.published[p.DeviceName()] = true
+	}
 	close(d.changed)
 	d.changed = make(chan struct{})
 	d.mu.Unlock()
+	d.discoveredOnce.Do(func() { close(d.discovered) })
 	d.publish(ctx, res)
+}
+
+// discoveredDevices returns the latest discovery result, waiting for the
+// first discovery pass when a kubelet call arrives before it is done.
+func (d *Driver) discoveredDevices(ctx context.Context) (*discovery.Result, error) {
+	select {
+	case <-d.discovered:
+		return d.Devices(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the first discovery of this node's FPGAs: %w", context.Cause(ctx))
+	}
 }
 
 func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
@@ -186,7 +211,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		return result, nil
 	}
-	return d.cfg.Claims.Prepare(ctx, claims, d.Devices()), nil
+	devices, err := d.discoveredDevices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.cfg.Claims.Prepare(ctx, claims, devices), nil
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.

@@ -2,12 +2,16 @@ package draplugin_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,4 +240,185 @@ func TestFailedPublishIsRetried(t *testing.T) {
 	if got := refused.Load(); got < 4 {
 		t.Fatalf("%d create attempts, want the 3 refused ones retried", got)
 	}
+}
+
+// TestKubeletCallsBeforeFirstDiscovery: the kubelet may call the plugin as
+// soon as its sockets exist, while Start's first discovery pass is still
+// reading sysfs. A health stream and a prepare call then wait for that pass:
+// the first health report lists the node's device, and nothing crashes.
+func TestKubeletCallsBeforeFirstDiscovery(t *testing.T) {
+	ctx, n, cfg := newNode(t, nodeOptions{sim: simnode.Options{Cards: 1}})
+	afu := filepath.Join(n.sim.Cards[0].Ports[0].SysfsPath, "afu_id")
+	id, err := os.ReadFile(afu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO holds the first pass at its read of afu_id, as a slow sysfs
+	// attribute would.
+	if err := os.Remove(afu); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(afu, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type started struct {
+		d   *draplugin.Driver
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		d, err := draplugin.Start(ctx, cfg)
+		done <- started{d, err}
+	}()
+	// Opening the FIFO for writing returns once the first pass opened it
+	// for reading; the plugin's sockets exist by then.
+	opened := make(chan *os.File, 1)
+	go func() {
+		if w, err := os.OpenFile(afu, os.O_WRONLY, 0); err == nil {
+			opened <- w
+		}
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case s := <-done:
+		t.Fatalf("Start returned before its first discovery pass read afu_id: %v", s.err)
+	}
+
+	stream, err := n.healthClient(t).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan *drahealthv1.NodeWatchResourcesResponse, 1)
+	go func() {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Errorf("health stream: %v", err)
+		}
+		reports <- resp
+	}()
+	early := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "early", UID: "early-uid"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "fpga", Driver: driverName, Pool: nodeName, Device: "fpga-0000-01-00-0-p0"}},
+		}}},
+	}
+	if _, err := n.client.ResourceV1().ResourceClaims("default").Create(ctx, early, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	prepared := make(chan *drapbv1.NodePrepareResourcesResponse, 1)
+	go func() {
+		resp, err := n.draClient(t).NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{
+			Claims: []*drapbv1.Claim{{Namespace: "default", Name: "early", Uid: "early-uid"}},
+		})
+		if err != nil {
+			t.Errorf("NodePrepareResources: %v", err)
+		}
+		prepared <- resp
+	}()
+
+	// Let the first pass finish.
+	if _, err := w.Write(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := <-done
+	if s.err != nil {
+		t.Fatalf("start driver: %v", s.err)
+	}
+	t.Cleanup(s.d.Stop)
+	// Later passes read a regular file again.
+	if err := os.Remove(afu); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(afu, id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	resp := <-reports
+	if resp == nil || len(resp.Devices) != 1 || resp.Devices[0].Device.DeviceName != "fpga-0000-01-00-0-p0" || resp.Devices[0].Health != drahealthv1.HealthStatus_HEALTHY {
+		t.Errorf("first health report %v, want fpga-0000-01-00-0-p0 healthy", resp)
+	}
+	if r := <-prepared; r == nil || r.Claims["early-uid"] == nil || !strings.Contains(r.Claims["early-uid"].Error, "not configured to prepare claims") {
+		t.Errorf("prepare before the first discovery: %v, want the per-claim answer of a node that prepares no claims", r)
+	}
+}
+
+// TestDevicesLeaveOutUnreportedAttributes: what the kernel did not report
+// (socket_id, PCI IDs, bitstream_id, NUMA affinity) is left out of the
+// device, never published as 0 or "", so a selector on it fails to match.
+func TestDevicesLeaveOutUnreportedAttributes(t *testing.T) {
+	port := &discovery.Port{ID: 0, PCIAddress: "0000:81:00.0", Node: discovery.DevNode{Name: "dfl-port.0"}, AFUID: simnode.SampleAFUID, Health: discovery.Health{Healthy: true}}
+	res := &discovery.Result{Driver: discovery.DriverDFL, Cards: []*discovery.Card{{
+		Driver: discovery.DriverDFL, PCIAddress: "0000:81:00.0", NUMANode: -1, SocketID: -1,
+		InterfaceID: simnode.DefaultInterfaceID, Ports: []*discovery.Port{port},
+	}}}
+	devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Root: t.TempDir()})
+	if len(devices) != 1 {
+		t.Fatalf("%d devices, want 1", len(devices))
+	}
+	attrs := devices[0].Attributes
+	for _, name := range []string{draplugin.AttrSocketID, draplugin.AttrNUMANode, draplugin.AttrVendorID, draplugin.AttrDeviceID, draplugin.AttrModel, draplugin.AttrBitstreamID} {
+		if a, ok := attrs[resourceapi.QualifiedName(driverName+"/"+name)]; ok {
+			t.Errorf("unreported %s published as %+v", name, a)
+		}
+	}
+	for _, name := range []string{draplugin.AttrInterfaceID, draplugin.AttrAFUID, draplugin.AttrPortID} {
+		if _, ok := attrs[resourceapi.QualifiedName(driverName+"/"+name)]; !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+}
+
+// TestHealthStreamResendsAndReportsRemovedDevices: the health stream is
+// re-sent without a change (the kubelet marks a device Unknown after its
+// timeout), and a hot-unplugged device is reported unhealthy, with the
+// reason, rather than silently dropped.
+func TestHealthStreamResendsAndReportsRemovedDevices(t *testing.T) {
+	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}, configure: func(c *draplugin.Config) { c.HealthResend = 50 * time.Millisecond }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := n.healthClient(t).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type status struct {
+		health  drahealthv1.HealthStatus
+		message string
+	}
+	next := func() map[string]status {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("health stream: %v", err)
+		}
+		m := map[string]status{}
+		for _, d := range resp.Devices {
+			m[d.Device.DeviceName] = status{d.Health, d.Message}
+		}
+		return m
+	}
+	first := next()
+	if second := next(); len(first) != 2 || !reflect.DeepEqual(first, second) {
+		t.Fatalf("reports without a change: %v then %v, want the same two devices twice", first, second)
+	}
+
+	removed := n.sim.Cards[1]
+	if err := n.sim.RemoveCard(removed); err != nil {
+		t.Fatal(err)
+	}
+	n.uevent("remove", strings.TrimPrefix(removed.Ports[0].SysfsPath, n.sim.Root+"/sys"), "dfl")
+	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 1 })
+	// The slice shows the rescan, so the driver holds the new devices: at
+	// most the reports already on their way predate it.
+	var h map[string]status
+	for range 3 {
+		h = next()
+		gone := h["fpga-0000-02-00-0-p0"]
+		if gone.health == drahealthv1.HealthStatus_UNHEALTHY && strings.Contains(gone.message, "removed") && h["fpga-0000-01-00-0-p0"].health == drahealthv1.HealthStatus_HEALTHY {
+			return
+		}
+	}
+	t.Fatalf("after unplug: %v, want card 2's port unhealthy as removed and card 1's healthy", h)
 }

@@ -56,6 +56,20 @@ type nodeOptions struct {
 
 func startNode(t testing.TB, o nodeOptions) *testNode {
 	t.Helper()
+	ctx, n, cfg := newNode(t, o)
+	d, err := draplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start driver: %v", err)
+	}
+	t.Cleanup(d.Stop)
+	n.driver = d
+	return n
+}
+
+// newNode writes the simulated node, the directories and the fake API
+// server startNode starts a driver on, and returns that driver's config.
+func newNode(t testing.TB, o nodeOptions) (context.Context, *testNode, draplugin.Config) {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -124,13 +138,7 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 	if o.configure != nil {
 		o.configure(&cfg)
 	}
-	d, err := draplugin.Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("start driver: %v", err)
-	}
-	t.Cleanup(d.Stop)
-	n.driver = d
-	return n
+	return ctx, n, cfg
 }
 
 func dial(t testing.TB, path string) *grpc.ClientConn {

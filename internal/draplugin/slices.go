@@ -54,6 +54,9 @@ var models = map[string]string{
 
 // Model returns a readable card name, or "vendor:device" when unknown.
 func Model(vendorID, deviceID string) string {
+	if vendorID == "" || deviceID == "" {
+		return ""
+	}
 	key := strings.ToLower(vendorID + ":" + deviceID)
 	if m, ok := models[key]; ok {
 		return m
@@ -103,7 +106,6 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 		q(AttrVendorID):        str(c.VendorID),
 		q(AttrDeviceID):        str(c.DeviceID),
 		q(AttrModel):           str(Model(c.VendorID, c.DeviceID)),
-		q(AttrSocketID):        num(c.SocketID),
 		q(AttrBitstreamID):     str(c.BitstreamID),
 		q(AttrPortID):          num(p.ID),
 		q(AttrVirtualFunction): flag(p.VirtualFunction),
@@ -115,6 +117,16 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 	}
 	if c.NUMANode >= 0 {
 		attrs[q(AttrNUMANode)] = num(c.NUMANode)
+	}
+	if c.SocketID >= 0 {
+		attrs[q(AttrSocketID)] = num(c.SocketID)
+	}
+	// An attribute the kernel did not report is left out, never published
+	// empty: a selector that tests it then fails instead of matching "".
+	for name, a := range attrs {
+		if a.StringValue != nil && *a.StringValue == "" {
+			delete(attrs, name)
+		}
 	}
 	if a, err := deviceattribute.GetPCIBusIDAttribute(p.PCIAddress); err == nil {
 		attrs[a.Name] = a.Value

@@ -155,12 +155,20 @@ func (l layout) refresh(oc *Card) (*Card, bool) {
 	if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
 		card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
 	} else {
-		if v, err := fme.readPath(c.interfaceIDFile); err == nil {
-			if id, err := parseID(c.interfaceIDFile, v); err == nil {
+		v, err := fme.readPath(c.interfaceIDFile)
+		if err == nil {
+			var id string
+			if id, err = parseID(c.interfaceIDFile, v); err == nil {
 				c.InterfaceID = id
 			}
 		}
 		card, _ = l.cardHealth(&c, fme)
+		// While the region is reprogrammed the kernel answers EBUSY and
+		// the earlier ID stands; otherwise a card whose interface ID
+		// cannot be read has no usable region.
+		if err != nil && !errors.Is(err, syscall.EBUSY) {
+			card.fail("interface ID of card %s unreadable: %v", c.PCIAddress, err)
+		}
 		fme.close()
 	}
 	changed := c.InterfaceID != oc.InterfaceID

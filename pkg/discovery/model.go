@@ -63,6 +63,7 @@ type Card struct {
 	DeviceID string // "0x09c4"
 	// NUMANode is -1 when the platform reports no affinity.
 	NUMANode int
+	// SocketID is -1 when the FME has no readable socket_id.
 	SocketID int
 	FME      DevNode
 	// BitstreamID is the FME's bitstream_id as the kernel prints it.
@@ -137,8 +138,12 @@ type Result struct {
 	Errors []error
 }
 
-// Ports returns every port of every card, in card order.
+// Ports returns every port of every card, in card order (none for a nil
+// Result).
 func (r *Result) Ports() []*Port {
+	if r == nil {
+		return nil
+	}
 	var ports []*Port
 	for _, c := range r.Cards {
 		ports = append(ports, c.Ports...)

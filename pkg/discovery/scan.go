@@ -150,9 +150,12 @@ func (s *Scanner) Detect() KernelDriver {
 }
 
 // Scan walks the tree once. Unusable cards and ports are reported in
-// Result.Errors and left out; an error is returned only when the class
-// directory of the detected driver cannot be read.
+// Result.Errors and left out; an error is returned only when the root or
+// the class directory of the detected driver cannot be read.
 func (s *Scanner) Scan() (*Result, error) {
+	if _, err := os.Stat(s.Root); err != nil {
+		return nil, fmt.Errorf("discovery root: %w: give the directory that holds sys/ and dev/ (\"/\" on a host)", err)
+	}
 	res := &Result{Driver: s.Detect()}
 	var l layout
 	switch res.Driver {
@@ -508,7 +511,10 @@ func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, bool, err
 		complete = complete && err == nil
 		return v
 	}
-	c.SocketID, _ = strconv.Atoi(read("socket_id"))
+	c.SocketID = -1
+	if n, err := strconv.Atoi(read("socket_id")); err == nil {
+		c.SocketID = n
+	}
 	c.PortsNum, _ = strconv.Atoi(read("ports_num"))
 	c.BitstreamID = read("bitstream_id")
 	if names, err := fme.sub("hwmon").names(); err == nil && len(names) > 0 {

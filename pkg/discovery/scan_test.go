@@ -276,6 +276,21 @@ func TestRefresh(t *testing.T) {
 	if !changed || next2.Cards[0].Ports[0].Health.Healthy {
 		t.Fatalf("refresh missed port error bits: changed=%v health=%s", changed, next2.Cards[0].Ports[0].Health)
 	}
+
+	// A card whose interface ID can no longer be read keeps its last ID
+	// but is unhealthy.
+	ids, err := filepath.Glob(filepath.Join(n.Cards[1].FMEPath, "dfl-fme-region.*/fpga_region/region*/compat_id"))
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("compat_id of card 1: %v %v", ids, err)
+	}
+	if err := os.Remove(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	next3, changed := s.Refresh(next2)
+	p := next3.Cards[1].Ports[0]
+	if !changed || p.Health.Healthy || !strings.Contains(p.Health.String(), "interface ID") || next3.Cards[1].InterfaceID != next2.Cards[1].InterfaceID {
+		t.Fatalf("refresh after compat_id vanished: changed=%v health=%s interface %q", changed, p.Health, next3.Cards[1].InterfaceID)
+	}
 }
 
 // BenchmarkDiscover measures a full discovery: a new Scanner reads every
