@@ -157,42 +157,82 @@ func TestScanDeviceNameStable(t *testing.T) {
 
 func TestScanMissingInterfaceID(t *testing.T) {
 	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		for _, tc := range []struct {
+			name    string
+			corrupt func(*simnode.Node, *simnode.Card) error
+		}{
+			{"missing", func(n *simnode.Node, c *simnode.Card) error { return n.RemoveInterfaceID(c) }},
+			{"empty", func(n *simnode.Node, c *simnode.Card) error { return n.SetInterfaceID(c, "") }},
+		} {
+			t.Run(string(drv)+"/"+tc.name, func(t *testing.T) {
+				n := writeNode(t, simnode.Options{Driver: drv, Cards: 2, PortsPerCard: 1})
+				if err := tc.corrupt(n, n.Cards[1]); err != nil {
+					t.Fatal(err)
+				}
+				res := scan(t, n.Root)
+				if len(res.Cards) != 1 || res.Cards[0].PCIAddress != n.Cards[0].PCIAddress {
+					t.Fatalf("want only card %s, got %d cards", n.Cards[0].PCIAddress, len(res.Cards))
+				}
+				if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), n.Cards[1].PCIAddress) || !strings.Contains(res.Errors[0].Error(), "interface ID") {
+					t.Fatalf("want one interface ID error naming %s, got %v", n.Cards[1].PCIAddress, res.Errors)
+				}
+			})
+		}
+	}
+}
+
+func TestScanAllF(t *testing.T) {
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
 		t.Run(string(drv), func(t *testing.T) {
 			n := writeNode(t, simnode.Options{Driver: drv, Cards: 2, PortsPerCard: 1})
-			if err := n.RemoveInterfaceID(n.Cards[1]); err != nil {
+			if err := n.SetAFUID(n.Cards[0].Ports[0], discovery.AllF); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.SetInterfaceID(n.Cards[1], discovery.AllF); err != nil {
 				t.Fatal(err)
 			}
 			res := scan(t, n.Root)
-			if len(res.Cards) != 1 || res.Cards[0].PCIAddress != n.Cards[0].PCIAddress {
-				t.Fatalf("want only card %s, got %d cards", n.Cards[0].PCIAddress, len(res.Cards))
+			if len(res.Cards) != 2 {
+				t.Fatalf("want 2 cards, got %d (%v)", len(res.Cards), res.Errors)
 			}
-			if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), n.Cards[1].PCIAddress) || !strings.Contains(res.Errors[0].Error(), "interface ID") {
-				t.Fatalf("want one interface ID error naming %s, got %v", n.Cards[1].PCIAddress, res.Errors)
+			for _, c := range res.Cards {
+				p := c.Ports[0]
+				if p.Health.Healthy {
+					t.Errorf("port %s healthy, want unhealthy for all-f id", p.Node.Name)
+				}
+				if !strings.Contains(p.Health.String(), "all-f") {
+					t.Errorf("port %s reason %q does not say all-f", p.Node.Name, p.Health)
+				}
 			}
 		})
 	}
 }
 
-func TestScanAllF(t *testing.T) {
-	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
-	if err := n.SetAFUID(n.Cards[0].Ports[0], discovery.AllF); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.SetInterfaceID(n.Cards[1], discovery.AllF); err != nil {
-		t.Fatal(err)
-	}
-	res := scan(t, n.Root)
-	if len(res.Cards) != 2 {
-		t.Fatalf("want 2 cards, got %d (%v)", len(res.Cards), res.Errors)
-	}
-	for _, c := range res.Cards {
-		p := c.Ports[0]
-		if p.Health.Healthy {
-			t.Errorf("port %s healthy, want unhealthy for all-f id", p.Node.Name)
-		}
-		if !strings.Contains(p.Health.String(), "all-f") {
-			t.Errorf("port %s reason %q does not say all-f", p.Node.Name, p.Health)
-		}
+// TestScanUpperCaseDashedIDs: IDs the kernel prints as upper-case dashed
+// UUIDs come out canonical (lower case, no dashes).
+func TestScanUpperCaseDashedIDs(t *testing.T) {
+	const afu, iface = "0123456789ABCDEF0123456789ABCDEF", "FEDCBA9876543210FEDCBA9876543210"
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		t.Run(string(drv), func(t *testing.T) {
+			n := writeNode(t, simnode.Options{Driver: drv, Cards: 1, PortsPerCard: 1, DashedIDs: true})
+			if err := n.SetAFUID(n.Cards[0].Ports[0], afu); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.SetInterfaceID(n.Cards[0], iface); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(filepath.Join(n.Cards[0].Ports[0].SysfsPath, "afu_id"))
+			if err != nil || !strings.Contains(string(raw), "-") {
+				t.Fatalf("simulated afu_id %q (%v) is not dashed", raw, err)
+			}
+			res := scan(t, n.Root)
+			if len(res.Cards) != 1 {
+				t.Fatalf("%d cards (%v)", len(res.Cards), res.Errors)
+			}
+			if c := res.Cards[0]; c.InterfaceID != strings.ToLower(iface) || c.Ports[0].AFUID != strings.ToLower(afu) {
+				t.Errorf("interface %q afu %q, want %q and %q", c.InterfaceID, c.Ports[0].AFUID, strings.ToLower(iface), strings.ToLower(afu))
+			}
+		})
 	}
 }
 
