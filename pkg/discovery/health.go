@@ -12,9 +12,9 @@ import (
 )
 
 // cardHealth reads what makes every port of a card unhealthy: an all-f
-// interface ID, the FME's error registers and a critical temperature. The
-// bool is false when the card has an hwmon directory whose temperature
-// could not be read.
+// interface ID, the FME's error registers and a critical temperature (its
+// threshold is read into c once). The bool is false when the card has an
+// hwmon directory whose temperature could not be read.
 func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 	h := Health{Healthy: true}
 	if c.InterfaceID == AllF {
@@ -27,26 +27,31 @@ func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 	}
 	hwmonOK := true
 	if c.hwmon != "" {
-		t, crit, ok := temperature(fme, c.hwmon)
-		if ok && t >= crit {
-			h.fail("card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, crit/1000)
+		t, ok := millidegrees(fme, c.hwmon+"/temp1_input")
+		if ok && c.tempCrit == 0 {
+			c.tempCrit, ok = millidegrees(fme, c.hwmon+"/temp1_crit")
+			ok = ok && c.tempCrit > 0
+			if !ok {
+				c.tempCrit = 0
+			}
+		}
+		if ok && t >= c.tempCrit {
+			h.fail("card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, c.tempCrit/1000)
 		}
 		hwmonOK = ok
 	}
 	return h, hwmonOK
 }
 
-// temperature reads an hwmon directory's temp1_input and temp1_crit
-// (millidegrees Celsius), through fme's open directory when it lies below.
-func temperature(fme sysDir, dir string) (input, crit int64, ok bool) {
-	in, err1 := fme.readPath(dir + "/temp1_input")
-	cr, err2 := fme.readPath(dir + "/temp1_crit")
-	if err1 != nil || err2 != nil {
-		return 0, 0, false
+// millidegrees reads an hwmon temperature attribute (millidegrees Celsius),
+// through fme's open directory when it lies below.
+func millidegrees(fme sysDir, path string) (int64, bool) {
+	s, err := fme.readPath(path)
+	if err != nil {
+		return 0, false
 	}
-	i, err1 := strconv.ParseInt(in, 10, 64)
-	c, err2 := strconv.ParseInt(cr, 10, 64)
-	return i, c, err1 == nil && err2 == nil && c > 0
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err == nil
 }
 
 // check fills in a port's AFU ID and health from the attributes that change

@@ -79,6 +79,9 @@ type Card struct {
 	// found by Scan so that Refresh never walks directories.
 	hwmon           string
 	interfaceIDFile string
+	// tempCrit is the hwmon critical temperature in millidegrees Celsius
+	// (0 until read): a threshold of the card's hardware, read once.
+	tempCrit int64
 }
 
 // Port is one accelerator port: the unit a container is given. Its

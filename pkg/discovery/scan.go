@@ -85,7 +85,8 @@ var opaeLayout = layout{
 // A Scanner remembers, from one Scan to the next, what the kernel does not
 // change while a device exists: the class directory's link targets, PCI IDs
 // and NUMA node, device numbers, port ids, socket, port count, bitstream ID,
-// and where the interface ID and hwmon attributes live. It keys them by the
+// the critical temperature, and where the interface ID and hwmon attributes
+// live. It keys them by the
 // directory entry's path and the inode number its parent's listing reports;
 // sysfs gives a node that is removed and created again a new inode number,
 // so a device that went away and came back is read afresh. A rescan thus
@@ -492,6 +493,11 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 	// attributes late in its probe) or has moved (a rebind renames hwmonN)
 	// is looked for again by the next scan.
 	if complete && hwmonOK {
+		if st.card.tempCrit != c.tempCrit {
+			learned := *st
+			learned.card.tempCrit = c.tempCrit
+			st = &learned
+		}
 		p.static = st
 	}
 	return &c, health, nil
