@@ -47,7 +47,25 @@ func resolveMode(ctx context.Context, mode string, disc k8sdiscovery.ServerGroup
 	default:
 		return "", "", fmt.Errorf("--mode %q is not one of %s, %s, %s", mode, modeAuto, modeDRA, modeDevicePlugin)
 	}
-	groups, err := disc.ServerGroups()
+	// ServerGroups takes no context: do not let an API server that does
+	// not answer hold up a shutdown.
+	type answer struct {
+		groups *metav1.APIGroupList
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		groups, err := disc.ServerGroups()
+		answered <- answer{groups, err}
+	}()
+	var groups *metav1.APIGroupList
+	var err error
+	select {
+	case <-ctx.Done():
+		return "", "", fmt.Errorf("--mode=auto: ask the API server which API groups it serves: %w", context.Cause(ctx))
+	case a := <-answered:
+		groups, err = a.groups, a.err
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("--mode=auto: ask the API server which API groups it serves: %w (pass --mode=%s or --mode=%s to skip the check)", err, modeDRA, modeDevicePlugin)
 	}
