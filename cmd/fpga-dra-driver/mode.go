@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sdiscovery "k8s.io/client-go/discovery"
@@ -36,6 +37,9 @@ var devicePluginModeAnnotations = []string{
 	"fpga.intel.com/device-plugin-mode",
 }
 
+// modeCheckTimeout bounds --mode=auto's question to the API server.
+const modeCheckTimeout = 30 * time.Second
+
 // resolveMode turns --mode into modeDRA or modeDevicePlugin and says why.
 // auto asks the API server's discovery whether it serves resource.k8s.io
 // in any version.
@@ -62,7 +66,7 @@ func resolveMode(ctx context.Context, mode string, disc k8sdiscovery.ServerGroup
 	var err error
 	select {
 	case <-ctx.Done():
-		return "", "", fmt.Errorf("--mode=auto: ask the API server which API groups it serves: %w", context.Cause(ctx))
+		return "", "", fmt.Errorf("--mode=auto: ask the API server which API groups it serves: %w (pass --mode=%s or --mode=%s to skip the check)", context.Cause(ctx), modeDRA, modeDevicePlugin)
 	case a := <-answered:
 		groups, err = a.groups, a.err
 	}

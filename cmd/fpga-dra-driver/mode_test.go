@@ -106,3 +106,30 @@ func TestDevicePluginMode(t *testing.T) {
 		t.Error("missing node accepted")
 	}
 }
+
+// hangingDiscovery is an API server that never answers.
+type hangingDiscovery struct{ release chan struct{} }
+
+func (h hangingDiscovery) ServerGroups() (*metav1.APIGroupList, error) {
+	<-h.release
+	return nil, errors.New("released")
+}
+
+// TestResolveModeUnanswered: when the API server does not answer, the
+// check ends with its context (the start-up deadline, or a stop) and says
+// how to skip it.
+func TestResolveModeUnanswered(t *testing.T) {
+	h := hangingDiscovery{release: make(chan struct{})}
+	defer close(h.release)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("the API server did not answer within 30s"))
+	_, _, err := resolveMode(ctx, modeAuto, h)
+	if err == nil {
+		t.Fatal("resolveMode returned no error for an API server that never answered")
+	}
+	for _, want := range []string{"did not answer within 30s", "--mode=dra", "--mode=device-plugin"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}

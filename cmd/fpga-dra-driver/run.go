@@ -152,7 +152,11 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	mode, why, err := resolveMode(ctx, f.mode, client.Discovery())
+	// An API server that accepts the connection and never answers must not
+	// hold the daemon forever: it fails and the kubelet restarts it.
+	checkCtx, cancelCheck := context.WithTimeoutCause(ctx, modeCheckTimeout, fmt.Errorf("the API server did not answer within %s", modeCheckTimeout))
+	mode, why, err := resolveMode(checkCtx, f.mode, client.Discovery())
+	cancelCheck()
 	if err != nil {
 		return err
 	}
