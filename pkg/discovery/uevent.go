@@ -44,7 +44,7 @@ func ParseUevent(msg []byte) (Uevent, error) {
 		}
 		ev.Env[k] = v
 	}
-	if a := ev.Env["ACTION"]; a != "" && a != action {
+	if a, ok := ev.Env["ACTION"]; ok && a != action {
 		return Uevent{}, fmt.Errorf("uevent: header action %q disagrees with ACTION=%q", action, a)
 	}
 	ev.Subsystem = ev.Env["SUBSYSTEM"]
