@@ -1,41 +1,21 @@
 package controller
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
-
-// classLister serves DeviceClasses to the allocator.
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
-}
 
 // allocation is what the scheduler's allocator decided for one claim.
 type allocation struct {
@@ -48,30 +28,22 @@ type allocation struct {
 // allocate runs the scheduler's structured allocator for claim against the
 // published slices and classes, with the devices in allocated in use. It
 // returns nil when the claim cannot be allocated.
-func allocate(t *testing.T, published []*resourceapi.ResourceSlice, classes classLister, allocated []string, claim *resourceapi.ResourceClaim) *allocation {
+func allocate(t *testing.T, published []*resourceapi.ResourceSlice, classes schedulertest.Classes, allocated []string, claim *resourceapi.ResourceClaim) *allocation {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	inUse := sets.New[structured.DeviceID]()
 	for _, d := range allocated {
 		inUse.Insert(structured.MakeDeviceID(testDriver, testNode, d))
 	}
-	a, err := structured.NewAllocator(ctx,
-		structured.Features{DeviceTaints: true, PrioritizedList: true},
-		structured.AllocatedState{AllocatedDevices: inUse},
-		classes, published, cel.NewCache(10, cel.Features{}))
+	result, err := schedulertest.Allocate(ctx, classes, published, inUse, testNode, claim)
 	if err != nil {
-		t.Fatalf("new allocator: %v", err)
+		t.Fatal(err)
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}
-	results, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
-	if err != nil {
-		t.Fatalf("allocate: %v", err)
-	}
-	if len(results) == 0 {
+	if result == nil {
 		return nil
 	}
 	var out allocation
-	for _, r := range results[0].Devices.Results {
+	for _, r := range result.Devices.Results {
 		if r.Driver != testDriver || r.Pool != testNode {
 			t.Fatalf("allocated %s/%s/%s", r.Driver, r.Pool, r.Device)
 		}
@@ -80,7 +52,7 @@ func allocate(t *testing.T, published []*resourceapi.ResourceSlice, classes clas
 		// The node's rule: class configs, then claim configs, the last
 		// one that applies to the request wins (draplugin.Claims).
 		var cfg *v1alpha1.FpgaConfig
-		for _, c := range results[0].Devices.Config {
+		for _, c := range result.Devices.Config {
 			if c.Opaque == nil || c.Opaque.Driver != testDriver || (len(c.Requests) > 0 && !slices.Contains(c.Requests, r.Request)) {
 				continue
 			}
@@ -128,9 +100,9 @@ func firstAvailableClaim(afName string) *resourceapi.ResourceClaim {
 }
 
 // classesFor renders the DeviceClasses of the given objects.
-func classesFor(t *testing.T, afs []*v1alpha1.AcceleratorFunction, regions []*v1alpha1.FpgaRegion) classLister {
+func classesFor(t *testing.T, afs []*v1alpha1.AcceleratorFunction, regions []*v1alpha1.FpgaRegion) schedulertest.Classes {
 	t.Helper()
-	l := classLister{testDriver: BaseDeviceClass(testDriver)}
+	l := schedulertest.Classes{testDriver: BaseDeviceClass(testDriver)}
 	for _, af := range afs {
 		if errs := v1alpha1.ValidateAcceleratorFunction(af); len(errs) > 0 {
 			t.Fatalf("fixture AcceleratorFunction %s is invalid: %v", af.Name, errs)

@@ -4,35 +4,17 @@ import (
 	"fmt"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
-
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
-}
 
 func class(name, expr string) *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
@@ -77,34 +59,23 @@ func TestSchedulerAllocatesPublishedDevices(t *testing.T) {
 	}
 
 	q := fmt.Sprintf("device.attributes[%q]", driverName)
-	classes := classLister{
+	classes := schedulertest.Classes{
 		"by-interface": class("by-interface", fmt.Sprintf(`device.driver == %q && %s.interfaceID == %q`, driverName, q, simnode.DefaultInterfaceID)),
 		"by-afu":       class("by-afu", fmt.Sprintf(`device.driver == %q && %s.afuID == %q`, driverName, q, simnode.SecondAFUID)),
 		"by-afu-vf":    class("by-afu-vf", fmt.Sprintf(`%s.afuID == %q && %s.virtualFunction`, q, simnode.SecondAFUID, q)),
 		"nothing":      class("nothing", fmt.Sprintf(`%s.afuID == %q`, q, discovery.AllF)),
 		"programmable": class("programmable", fmt.Sprintf(`%s.programmable && %s.numaNode == 1`, q, q)),
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 	_, ctx := ktesting.NewTestContext(t)
 
 	allocate := func(t *testing.T, allocated sets.Set[structured.DeviceID], className string) ([]string, error) {
 		t.Helper()
-		a, err := structured.NewAllocator(ctx,
-			structured.Features{DeviceTaints: true, PrioritizedList: true},
-			structured.AllocatedState{AllocatedDevices: allocated},
-			classes, slicePtrs, cel.NewCache(10, cel.Features{}))
-		if err != nil {
-			t.Fatalf("new allocator: %v", err)
-		}
-		results, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claimFor(className)})
-		if err != nil {
+		result, err := schedulertest.Allocate(ctx, classes, slicePtrs, allocated, nodeName, claimFor(className))
+		if err != nil || result == nil {
 			return nil, err
 		}
-		if len(results) == 0 {
-			return nil, nil
-		}
 		var names []string
-		for _, r := range results[0].Devices.Results {
+		for _, r := range result.Devices.Results {
 			if r.Driver != driverName || r.Pool != nodeName {
 				t.Fatalf("allocated %s/%s/%s", r.Driver, r.Pool, r.Device)
 			}
