@@ -60,14 +60,7 @@ func startAdminNode(t *testing.T, daemon bool) *adminNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scanner := &discovery.Scanner{Root: sim.Root}
-	devices := func() *discovery.Result {
-		res, err := scanner.Scan()
-		if err != nil {
-			t.Error(err)
-		}
-		return res
-	}
+	devices := scanning(t, sim.Root)
 	h := state.Holder{UID: "claim-uid-1", Namespace: "team-a", Name: "inference"}
 	if _, err := st.Prepare(ctx, h, []state.DeviceRequest{{Device: "fpga-0000-02-00-0-p0"}}, devices()); err != nil {
 		t.Fatal(err)

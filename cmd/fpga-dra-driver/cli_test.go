@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
@@ -97,5 +98,18 @@ func TestInstall(t *testing.T) {
 	}
 	if _, err := execute(t, newInstallCommand(), "--bitstream-dir", repo, "--force", rebuilt); err != nil {
 		t.Fatalf("--force: %v", err)
+	}
+}
+
+// scanning returns a function that discovers the node below root afresh
+// at each call, reporting a failed scan as a test error.
+func scanning(t *testing.T, root string) func() *discovery.Result {
+	scanner := &discovery.Scanner{Root: root}
+	return func() *discovery.Result {
+		res, err := scanner.Scan()
+		if err != nil {
+			t.Error(err)
+		}
+		return res
 	}
 }

@@ -73,14 +73,7 @@ func startHookNode(t *testing.T) *hookNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scanner := &discovery.Scanner{Root: sim.Root}
-	devices := func() *discovery.Result {
-		res, err := scanner.Scan()
-		if err != nil {
-			t.Error(err)
-		}
-		return res
-	}
+	devices := scanning(t, sim.Root)
 	// What a region-mode Allocate of both cards leaves in the state.
 	for _, p := range devices().Ports() {
 		h := state.Holder{UID: types.UID("deviceplugin-region-" + p.DeviceName()), Namespace: deviceplugin.LegacyNamespace, Name: "fpga.intel.com/region-" + simnode.DefaultInterfaceID}
