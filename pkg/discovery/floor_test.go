@@ -16,8 +16,8 @@ import (
 // BenchmarkAttributeFloor measures the least any discovery of a 64-card
 // node can cost on this machine: opening, reading and closing each
 // attribute file once, relative to directories opened before the timer,
-// split over all cores, with no listing, no link resolution, no parsing
-// and no allocation. It calibrates BenchmarkDiscover: a scan cannot be
+// split over all cores, with no listing, no link resolution and no
+// parsing. It calibrates BenchmarkDiscover: a scan cannot be
 // faster than the floor of the files it must read.
 //
 //   - published: the attributes the ResourceSlice carries (FME dev,

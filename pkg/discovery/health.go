@@ -160,12 +160,9 @@ func (l layout) refresh(oc *Card) (*Card, bool) {
 	if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
 		card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
 	} else {
-		v, err := fme.readPath(c.interfaceIDFile)
+		id, err := fme.readIDPath(c.interfaceIDFile)
 		if err == nil {
-			var id string
-			if id, err = parseID(c.interfaceIDFile, v); err == nil {
-				c.InterfaceID = id
-			}
+			c.InterfaceID = id
 		}
 		card, _ = l.cardHealth(&c, fme)
 		// While the region is reprogrammed the kernel answers EBUSY and

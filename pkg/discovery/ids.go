@@ -3,8 +3,6 @@ package discovery
 import (
 	"fmt"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // AllF is the ID a kernel reports for a region or function that is unusable.
@@ -32,11 +30,7 @@ func CanonicalID(s string) (string, error) {
 // returns it in canonical form. Errors from the read (EBUSY while a port is
 // being reprogrammed, ENOENT when the attribute is missing) are wrapped.
 func ReadID(path string) (string, error) {
-	s, err := readAttrAt(unix.AT_FDCWD, "", path)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	return parseID(path, s)
+	return sysDir{fd: -1}.readIDPath(path)
 }
 
 // parseID canonicalises an ID attribute's content; where names the

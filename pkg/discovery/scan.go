@@ -154,13 +154,14 @@ func (s *Scanner) Detect() KernelDriver {
 // Result.Errors and left out; an error is returned only when the root or
 // the class directory of the detected driver cannot be read.
 func (s *Scanner) Scan() (*Result, error) {
-	if _, err := os.Stat(s.Root); err != nil {
-		return nil, fmt.Errorf("discovery root: %w: give the directory that holds sys/ and dev/ (\"/\" on a host)", err)
-	}
 	res := &Result{Driver: s.Detect()}
 	var l layout
 	switch res.Driver {
 	case DriverNone:
+		// No class directory: say so when the root itself is missing.
+		if _, err := os.Stat(s.Root); err != nil {
+			return nil, fmt.Errorf("discovery root: %w: give the directory that holds sys/ and dev/ (\"/\" on a host)", err)
+		}
 		return res, nil
 	case DriverDFL:
 		l = dflLayout
@@ -480,10 +481,7 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 		st = &found
 	}
 	c := st.card
-	id, err := fme.readPath(file)
-	if err == nil {
-		id, err = parseID(file, id)
-	}
+	id, err := fme.readIDPath(file)
 	if err != nil {
 		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
 	}
@@ -533,11 +531,7 @@ func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, bool, err
 	// the directory already open.
 	pci, ok := fme.ancestor(p.pciPath)
 	if !ok {
-		var err error
-		if pci, err = openSysDir(p.pciPath); err != nil {
-			return &cardStatic{card: c}, false, nil
-		}
-		defer pci.close()
+		return &cardStatic{card: c}, false, nil
 	}
 	c.VendorID, _ = pci.read("vendor")
 	c.DeviceID, _ = pci.read("device")

@@ -191,9 +191,15 @@ func openAt(dirfd int, rel, name string) (int, error) {
 
 // readID reads an ID attribute in canonical form.
 func (d sysDir) readID(name string) (string, error) {
-	s, err := d.read(name)
+	return d.readIDPath(d.path + "/" + name)
+}
+
+// readIDPath reads the ID attribute at path (see readPath) in canonical
+// form.
+func (d sysDir) readIDPath(path string) (string, error) {
+	s, err := d.readPath(path)
 	if err != nil {
 		return "", err
 	}
-	return parseID(d.path+"/"+name, s)
+	return parseID(path, s)
 }
