@@ -191,7 +191,11 @@ func openAt(dirfd int, rel, name string) (int, error) {
 
 // readID reads an ID attribute in canonical form.
 func (d sysDir) readID(name string) (string, error) {
-	return d.readIDPath(d.path + "/" + name)
+	s, err := d.read(name)
+	if err != nil {
+		return "", err
+	}
+	return parseID(d.path+"/"+name, s)
 }
 
 // readIDPath reads the ID attribute at path (see readPath) in canonical
