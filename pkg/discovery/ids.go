@@ -46,8 +46,14 @@ func parseID(where, s string) (string, error) {
 	return id, nil
 }
 
-// AFUIDPath is the sysfs attribute that holds the AFU ID loaded behind a port.
-func (p *Port) AFUIDPath() string { return p.Node.SysfsPath + "/afu_id" }
+// AFUIDPath is the sysfs attribute that holds the AFU ID loaded behind a port
+// (see Port.AFUIDFile).
+func (p *Port) AFUIDPath() string {
+	if p.AFUIDFile != "" {
+		return p.AFUIDFile
+	}
+	return p.Node.SysfsPath + "/afu_id"
+}
 
 // ReadAFUID reads the AFU ID currently loaded behind the port.
 func (p *Port) ReadAFUID() (string, error) { return ReadID(p.AFUIDPath()) }

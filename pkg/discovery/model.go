@@ -20,17 +20,21 @@ const (
 	DriverDFL KernelDriver = "dfl"
 	// DriverOPAE is the out-of-tree OPAE driver (intel-fpga-*).
 	DriverOPAE KernelDriver = "opae"
+	// DriverXRT is AMD/Xilinx's XRT driver pair (xocl on the user PF,
+	// xclmgmt on the management PF) of Alveo cards.
+	DriverXRT KernelDriver = "xrt"
 )
 
-// ParseKernelDriver accepts "auto", "dfl", "opae" or "none". "auto" yields "".
+// ParseKernelDriver accepts "auto", "dfl", "opae", "xrt" or "none". "auto"
+// yields "".
 func ParseKernelDriver(s string) (KernelDriver, error) {
 	switch s {
 	case "", "auto":
 		return "", nil
-	case string(DriverDFL), string(DriverOPAE), string(DriverNone):
+	case string(DriverDFL), string(DriverOPAE), string(DriverXRT), string(DriverNone):
 		return KernelDriver(s), nil
 	}
-	return "", fmt.Errorf("kernel driver %q is not one of auto, dfl, opae, none", s)
+	return "", fmt.Errorf("kernel driver %q is not one of auto, dfl, opae, xrt, none", s)
 }
 
 // DevNode is a character device exposed by the kernel: its sysfs directory,
@@ -100,7 +104,11 @@ type Port struct {
 	VirtualFunction bool
 	// AFUID is the canonical ID of the accelerator function currently loaded.
 	// Empty when it could not be read (see Health).
-	AFUID  string
+	AFUID string
+	// AFUIDFile is the sysfs attribute that holds AFUID: the port's afu_id
+	// (Intel), the user PF's xclbinuuid (XRT). Empty means
+	// Node.SysfsPath/afu_id.
+	AFUIDFile string
 	Health Health
 }
 
