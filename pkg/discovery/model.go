@@ -109,7 +109,7 @@ type Port struct {
 	// (Intel), the user PF's xclbinuuid (XRT). Empty means
 	// Node.SysfsPath/afu_id.
 	AFUIDFile string
-	Health Health
+	Health    Health
 }
 
 // Health is the outcome of the checks discovery can make on a device.
