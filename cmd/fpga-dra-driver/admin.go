@@ -73,15 +73,15 @@ func (f *adminFlags) offline() (*discovery.Result, map[string]*state.ClaimRecord
 		return nil, nil, err
 	}
 	holders := map[string]*state.ClaimRecord{}
-	b, err := os.ReadFile(filepath.Join(f.pluginDir, "checkpoint.json"))
+	b, err := os.ReadFile(filepath.Join(f.pluginDir, state.CheckpointFileName))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		return nil, nil, err
 	default:
-		cp, _, err := state.ReadCheckpoint(b)
-		if cp == nil {
-			return nil, nil, fmt.Errorf("the daemon's checkpoint cannot be read, so holds are unknown: %w", err)
+		cp, _, _, err := state.ReadCheckpoint(b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the daemon's checkpoint cannot be read whole, so holds may be missing: %w: start the daemon, which rebuilds them from the CDI specs, and ask it", err)
 		}
 		for _, rec := range cp.Claims {
 			for _, d := range rec.Devices {

@@ -10,8 +10,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
@@ -28,39 +27,16 @@ func startAdminNode(t *testing.T, daemon bool) *adminNode {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &adminNode{sim: sim, repo: filepath.Join(sim.Root, "srv/fpga/bitstreams")}
-	base, err := os.MkdirTemp("", "adm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	a.plugin = base
+	tn := testnode.New(t, testnode.Options{})
+	a := &adminNode{sim: tn.Sim, repo: tn.RepoDir, plugin: tn.DataDir}
 	// The file an admin brings: outside the repository.
 	paths, err := program.WriteSimRepository(t.TempDir(), simnode.DefaultInterfaceID, []string{simnode.SampleAFUID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.sample = paths[0]
-	repo, err := program.NewRepository(ctx, a.repo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer, err := cdi.NewWriter("fpga.dra.dev", "port", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _, err := state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(a.plugin, "checkpoint.json"),
-		CDI:            writer, Repository: repo, Programmer: &program.SimProgrammer{}, Programmable: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devices := scanning(t, sim.Root)
+	st := tn.State
+	devices := scanning(t, tn.Sim.Root)
 	h := state.Holder{UID: "claim-uid-1", Namespace: "team-a", Name: "inference"}
 	if _, err := st.Prepare(ctx, h, []state.DeviceRequest{{Device: "fpga-0000-02-00-0-p0"}}, devices()); err != nil {
 		t.Fatal(err)

@@ -180,7 +180,7 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return fmt.Errorf("discover devices: %w", err)
 	}
-	if err := st.state.Restore(ctx, initial); err != nil {
+	if _, err := st.state.Restore(ctx, initial); err != nil {
 		logger.Error(err, "Restoring prepared claims was incomplete")
 	}
 	switch resourceapi.DeviceTaintEffect(f.unhealthyEffect) {

@@ -62,7 +62,7 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 	broadcaster.StartRecordingToSink(ctx.Done())
 	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver"), metrics: drivermetrics.New()}
 	st, warning, err := state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(f.pluginDir, "checkpoint.json"),
+		CheckpointPath: filepath.Join(f.pluginDir, state.CheckpointFileName),
 		BootIDPath:     bootID,
 		CDI:            writer,
 		Repository:     repo,

@@ -15,14 +15,14 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 // newAFU is in the repository but loaded on no port.
-const newAFU = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+const newAFU = testnode.NewAFU
 
 // Holders as the device-plugin endpoint names them; the test's MayProgram
 // allows the region one.
@@ -50,34 +50,10 @@ func startNode(t *testing.T) *testNode {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repoDir := t.TempDir()
-	writeBitstream(t, filepath.Join(repoDir, "accel.gbs"), simnode.DefaultInterfaceID, newAFU)
-	repo, err := program.NewRepository(ctx, repoDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer, err := cdi.NewWriter("fpga.dra.dev", "port", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &testNode{sim: sim, prog: &program.SimProgrammer{}}
-	n.state, _, err = state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(t.TempDir(), "checkpoint.json"),
-		CDI:            writer,
-		Repository:     repo,
-		Programmer:     n.prog,
-		Programmable:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scanner := &discovery.Scanner{Root: sim.Root}
+	tn := testnode.New(t, testnode.Options{})
+	n := &testNode{sim: tn.Sim, prog: tn.Programmer, state: tn.State}
 	n.devices = func() *discovery.Result {
-		res, err := scanner.Scan()
+		res, err := tn.Scanner.Scan()
 		if err != nil {
 			t.Error(err)
 		}
@@ -116,22 +92,6 @@ func startNode(t *testing.T) *testNode {
 	})
 	n.client = control.NewClient(path)
 	return n
-}
-
-func writeBitstream(t *testing.T, path, interfaceID, afuID string) {
-	t.Helper()
-	payload, err := program.SimPayload(afuID, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := program.WriteGBS(f, program.NewGBSMetadata(interfaceID, afuID, filepath.Base(path)), payload); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func ctxTimeout(t *testing.T) context.Context {

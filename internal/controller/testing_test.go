@@ -20,6 +20,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -34,24 +35,12 @@ const (
 	testSHA256   = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 )
 
-// simulatedNode writes a simulated node with opts and discovers it.
+// simulatedNode writes a simulated node with opts (internal/testnode) and
+// discovers it.
 func simulatedNode(t *testing.T, opts simnode.Options) (*simnode.Node, *discovery.Result) {
 	t.Helper()
-	if opts.Driver == "" {
-		opts.Driver = discovery.DriverDFL
-	}
-	if opts.PortsPerCard == 0 {
-		opts.PortsPerCard = 1
-	}
-	n, err := simnode.Write(t.TempDir(), opts)
-	if err != nil {
-		t.Fatalf("write simulated node: %v", err)
-	}
-	res, err := (&discovery.Scanner{Root: n.Root}).Scan()
-	if err != nil {
-		t.Fatalf("discover simulated node: %v", err)
-	}
-	return n, res
+	n := testnode.New(t, testnode.Options{Sim: opts})
+	return n.Sim, n.Devices(t)
 }
 
 // publishedSlices renders what the node daemon publishes for res on

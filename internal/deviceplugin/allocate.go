@@ -3,13 +3,10 @@ package deviceplugin
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -24,9 +21,9 @@ const devicePermissions = "rw"
 
 // allocate serves one Allocate call for resource r. Each container's
 // devices are resolved to their ports, which are held for the container's
-// legacy holder in the shared state (see holder.go; an earlier legacy
-// holder of any of them is superseded, a DRA claim's hold refuses the
-// call). The container gets:
+// legacy holder in the shared state (see holder.go): an earlier legacy
+// holder of any of them is superseded in the same step, a DRA claim's hold
+// refuses the call. The container gets:
 //
 //   - a device spec per port node (rw; never the FME node),
 //   - FPGA_PORTS, FPGA_AFU_IDS, FPGA_INTERFACE_IDS and ACCELERATOR_UNITS,
@@ -70,18 +67,19 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	}
 	h := legacyHolder(p.cfg.Mode, r.fullName, ports)
 
-	p.allocMu.Lock()
-	defer p.allocMu.Unlock()
-	if err := p.supersede(ctx, h.UID, reqs, devs); err != nil {
-		return nil, err
+	opts := []state.PrepareOption{state.Supersede(IsLegacyHolder)}
+	if rec, ok := p.cfg.State.Claim(h.UID); ok && !current(rec, reqs, devs) {
+		opts = append(opts, state.Rebuild())
 	}
-	out, err := p.cfg.State.Prepare(ctx, h, reqs, devs)
+	out, err := p.cfg.State.Prepare(ctx, h, reqs, devs, opts...)
 	if err != nil {
 		code := codes.Internal
+		hint := ""
 		if errors.Is(err, state.ErrDeviceHeld) {
 			code = codes.FailedPrecondition
+			hint = ": a port is never given to a DRA claim and a device-plugin container at once; delete the claim's pod or run this node in one mode only"
 		}
-		return nil, status.Errorf(code, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
+		return nil, status.Errorf(code, "allocate %s devices %s: %v%s", r.fullName, strings.Join(ids, ","), err, hint)
 	}
 
 	cr := &pluginapi.ContainerAllocateResponse{}
@@ -105,45 +103,6 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	}
 	klog.FromContext(ctx).V(2).Info("Allocated", "devices", ids, "holder", h.UID, "ports", len(ports))
 	return cr, nil
-}
-
-// supersede releases the legacy holders that stand in the way of holder
-// uid taking reqs' ports: every other legacy holder of one of them, and
-// uid's own earlier hold when it covered other ports or an AFU that is no
-// longer loaded (so its record and CDI spec are rebuilt). A port held by a
-// DRA claim fails the allocation.
-func (p *Plugin) supersede(ctx context.Context, uid types.UID, reqs []state.DeviceRequest, devs *discovery.Result) error {
-	logger := klog.FromContext(ctx)
-	st := p.cfg.State
-	holders := st.Holders()
-	var stale []types.UID
-	for _, req := range reqs {
-		h, ok := holders[req.Device]
-		if !ok || h == uid {
-			continue
-		}
-		if !IsLegacyHolder(h) {
-			claim := string(h)
-			if rec, ok := st.Claim(h); ok {
-				claim = fmt.Sprintf("%s/%s (%s)", rec.Namespace, rec.Name, h)
-			}
-			return status.Errorf(codes.FailedPrecondition, "port %s (device %s) is held by DRA claim %s: a port is never given to a claim and a device-plugin container at once; delete the claim's pod or run this node in one mode only",
-				req.Device, req.Requests[0], claim)
-		}
-		if !slices.Contains(stale, h) {
-			stale = append(stale, h)
-		}
-	}
-	if rec, ok := st.Claim(uid); ok && !current(rec, reqs, devs) {
-		stale = append(stale, uid)
-	}
-	for _, h := range stale {
-		logger.V(2).Info("Superseding earlier device-plugin allocation: the kubelet only reallocates devices whose container ended", "holder", h)
-		if err := st.Unprepare(ctx, h); err != nil {
-			return status.Errorf(codes.Internal, "release earlier allocation %s: %v", h, err)
-		}
-	}
-	return nil
 }
 
 // current reports whether a holder's record covers exactly reqs' ports with

@@ -18,10 +18,9 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 const (
@@ -102,15 +101,16 @@ func keys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// testNode is a running endpoint on a simulated node with a real State
-// and a test kubelet in front of it.
+// testNode is a running endpoint on a simulated node (internal/testnode)
+// with a real State and a test kubelet in front of it.
 type testNode struct {
 	sim     *simnode.Node
 	state   *state.State
 	plugin  *deviceplugin.Plugin
 	kubelet *testKubelet
-	dir     string
-	cdiDir  string
+	// dir is the device-plugin directory, cdiDir the CDI spec directory.
+	dir    string
+	cdiDir string
 }
 
 type nodeOptions struct {
@@ -135,62 +135,29 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	if o.sim.Driver == "" {
-		o.sim.Driver = discovery.DriverDFL
-	}
-	if o.sim.Cards == 0 {
-		o.sim.Cards = 2
-	}
-	if o.sim.PortsPerCard == 0 {
-		o.sim.PortsPerCard = 1
-	}
 	if o.mode == "" {
 		o.mode = deviceplugin.ModeAF
 	}
 	if o.domain == "" {
 		o.domain = intelDomain
 	}
-	sim, err := simnode.Write(t.TempDir(), o.sim)
-	if err != nil {
+	tn := testnode.New(t, testnode.Options{Sim: o.sim})
+	n := &testNode{sim: tn.Sim, state: tn.State, dir: filepath.Join(filepath.Dir(tn.DataDir), "dp"), cdiDir: tn.CDIDir}
+	if err := os.MkdirAll(n.dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	// Unix socket paths are limited to 108 bytes: keep them short.
-	dir, err := os.MkdirTemp("", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	n := &testNode{sim: sim, dir: dir, cdiDir: t.TempDir()}
-	writer, err := cdi.NewWriter(cdiVendor, "port", n.cdiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.state, _, err = state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(t.TempDir(), "checkpoint.json"),
-		BootIDPath:     filepath.Join(sim.Root, "proc/sys/kernel/random/boot_id"),
-		CDI:            writer,
-		Programmer:     &program.SimProgrammer{},
-		Programmable:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scanner := &discovery.Scanner{Root: sim.Root}
 	if o.before != nil {
-		res, err := scanner.Scan()
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.before(n.state, res)
+		o.before(n.state, tn.Devices(t))
 	}
 	if !o.lateKubelet {
-		n.kubelet = startKubelet(t, dir)
+		n.kubelet = startKubelet(t, n.dir)
 	}
+	var err error
 	n.plugin, err = deviceplugin.Start(ctx, deviceplugin.Config{
 		Domain:          o.domain,
 		Mode:            o.mode,
-		Dir:             dir,
-		Scanner:         scanner,
+		Dir:             n.dir,
+		Scanner:         tn.Scanner,
 		RefreshInterval: time.Hour, // tests refresh explicitly
 		State:           n.state,
 		CDI:             o.cdi,
@@ -202,7 +169,7 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 	}
 	t.Cleanup(n.plugin.Stop)
 	if o.lateKubelet {
-		n.kubelet = startKubelet(t, dir)
+		n.kubelet = startKubelet(t, n.dir)
 	}
 	return n
 }

@@ -83,10 +83,6 @@ type Plugin struct {
 	devices *discovery.Result
 	servers map[string]*resourceServer // by resource name without domain
 	retired []*resourceServer          // to stop at the next sync
-
-	// allocMu serialises allocations, so that superseding a holder and
-	// preparing its successor are one step for other allocations.
-	allocMu sync.Mutex
 }
 
 // Start discovers the node's devices and starts serving and registering

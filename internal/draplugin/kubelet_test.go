@@ -22,6 +22,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -34,10 +35,12 @@ const (
 // testNode is a running driver on a simulated node, with a fake API server
 // behind it and a test kubelet in front of it.
 type testNode struct {
-	sim     *simnode.Node
-	client  *fake.Clientset
-	driver  *draplugin.Driver
-	regDir  string
+	*testnode.Node
+	sim    *simnode.Node
+	client *fake.Clientset
+	driver *draplugin.Driver
+	regDir string
+	// dataDir is the plugin data directory (sockets, checkpoint).
 	dataDir string
 	// uevent sends a kernel-format uevent to the driver's watcher.
 	uevent func(action, devpath, subsystem string)
@@ -45,6 +48,8 @@ type testNode struct {
 
 type nodeOptions struct {
 	sim simnode.Options
+	// node shapes the node's state (programmer, waits, hooks).
+	node testnode.Options
 	// restart reuses an earlier node's tree, directories and API server.
 	restart *testNode
 	claims  draplugin.ClaimPreparer
@@ -66,44 +71,33 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 	return n
 }
 
-// newNode writes the simulated node, the directories and the fake API
-// server startNode starts a driver on, and returns that driver's config.
+// newNode builds the simulated node (internal/testnode), the directories
+// and the fake API server startNode starts a driver on, and returns that
+// driver's config.
 func newNode(t testing.TB, o nodeOptions) (context.Context, *testNode, draplugin.Config) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	if o.sim.Driver == "" {
-		o.sim.Driver = discovery.DriverDFL
-	}
-	if o.sim.PortsPerCard == 0 {
-		o.sim.PortsPerCard = 1
-	}
+	tn := o.node
+	tn.Sim = o.sim
 	var n *testNode
 	if o.restart != nil {
-		n = &testNode{sim: o.restart.sim, client: o.restart.client, regDir: o.restart.regDir, dataDir: o.restart.dataDir}
+		tn.Restart = o.restart.Node
+		n = &testNode{Node: testnode.New(t, tn), client: o.restart.client, regDir: o.restart.regDir}
 	} else {
-		sim, err := simnode.Write(t.TempDir(), o.sim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Unix socket paths are limited to 108 bytes: keep them short.
-		base, err := os.MkdirTemp("", "fdra")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(base) })
 		n = &testNode{
-			sim:     sim,
-			client:  fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
-			regDir:  filepath.Join(base, "reg"),
-			dataDir: filepath.Join(base, "data"),
+			Node:   testnode.New(t, tn),
+			client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
 		}
-		for _, d := range []string{n.regDir, n.dataDir} {
-			if err := os.MkdirAll(d, 0o750); err != nil {
-				t.Fatal(err)
-			}
+		n.regDir = filepath.Join(filepath.Dir(n.DataDir), "reg")
+		if err := os.MkdirAll(n.regDir, 0o750); err != nil {
+			t.Fatal(err)
 		}
+	}
+	n.sim, n.dataDir = n.Sim, n.DataDir
+	if c, ok := o.claims.(*draplugin.Claims); ok && c.State == nil {
+		c.State = n.State // claims prepare on the node's state
 	}
 	if o.api != nil {
 		o.api(n.client)

@@ -60,7 +60,7 @@ func TestPrepareAF(t *testing.T) {
 	if len(r.Devices) != 1 || r.Devices[0].DeviceName != dev1 || r.Devices[0].PoolName != nodeName || r.Devices[0].RequestNames[0] != "fpga-0" {
 		t.Fatalf("devices %+v", r.Devices)
 	}
-	nodes, env := cdiEdits(t, pn.cdiDir, r.Devices[0].CdiDeviceIds)
+	nodes, env := cdiEdits(t, pn.CDIDir, r.Devices[0].CdiDeviceIds)
 	want := "/dev/dfl-port.1=" + filepath.Join(pn.testNode.sim.Root, "dev/dfl-port.1")
 	if len(nodes) != 1 || nodes[0] != want {
 		t.Fatalf("CDI device nodes %v, want exactly [%s]", nodes, want)
@@ -79,7 +79,7 @@ func TestPrepareAF(t *testing.T) {
 		t.Fatalf("second prepare: %+v", again)
 	}
 	pn.unprepare(t, dra, c)
-	if _, err := os.Stat(filepath.Join(pn.cdiDir, "fpga.dra.dev-port_"+string(c.UID)+".json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(pn.CDIDir, "fpga.dra.dev-port_"+string(c.UID)+".json")); !os.IsNotExist(err) {
 		t.Fatalf("CDI spec still there after unprepare: %v", err)
 	}
 	pn.unprepare(t, dra, c) // unknown claim: fine
@@ -105,7 +105,7 @@ func TestPrepareProgramsRegion(t *testing.T) {
 	if n := pn.sim.TotalCalls(); n != 1 {
 		t.Fatalf("programmed %d times, want 1", n)
 	}
-	_, env := cdiEdits(t, pn.cdiDir, r.Devices[0].CdiDeviceIds)
+	_, env := cdiEdits(t, pn.CDIDir, r.Devices[0].CdiDeviceIds)
 	if !strings.Contains(strings.Join(env, " "), "FPGA_AFU_IDS="+NewAFU) {
 		t.Errorf("env %v does not carry the programmed AFU", env)
 	}
@@ -137,11 +137,11 @@ func TestPrepareProgramsRegion(t *testing.T) {
 func TestPrepareFailures(t *testing.T) {
 	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}})
 	dra := pn.draClient(t)
-	truncated := writeBitstream(t, pn.repoDir, "truncated.gbs", simnode.DefaultInterfaceID, "0badc0de0badc0de0badc0de0badc0de")
+	truncated := writeBitstream(t, pn.RepoDir, "truncated.gbs", simnode.DefaultInterfaceID, "0badc0de0badc0de0badc0de0badc0de")
 	if err := os.Truncate(truncated, 30); err != nil {
 		t.Fatal(err)
 	}
-	writeBitstream(t, pn.repoDir, "other-interface.gbs", "11111111111111111111111111111111", "22222222222222222222222222222222")
+	writeBitstream(t, pn.RepoDir, "other-interface.gbs", "11111111111111111111111111111111", "22222222222222222222222222222222")
 	for _, tc := range []struct {
 		name   string
 		cfg    v1alpha1.FpgaConfig
@@ -317,7 +317,7 @@ func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
 	if _, ok := pn2.state.Claim(c.UID); ok {
 		t.Fatal("claim still recorded after unprepare")
 	}
-	if specs, _ := filepath.Glob(filepath.Join(pn2.cdiDir, "*.json")); len(specs) != 0 {
+	if specs, _ := filepath.Glob(filepath.Join(pn2.CDIDir, "*.json")); len(specs) != 0 {
 		t.Fatalf("CDI specs left: %v", specs)
 	}
 }
@@ -334,12 +334,12 @@ func TestRebootReprogramsAndRestoresCDI(t *testing.T) {
 	if err := pn.testNode.sim.SetBootID("00000000-0000-4000-8000-000000000002"); err != nil {
 		t.Fatal(err)
 	}
-	specs, _ := filepath.Glob(filepath.Join(pn.cdiDir, "*.json"))
+	specs, _ := filepath.Glob(filepath.Join(pn.CDIDir, "*.json"))
 	for _, s := range specs {
 		os.Remove(s)
 	}
 	pn2 := startPreparingNode(t, preparingOptions{restart: pn})
-	if specs, _ := filepath.Glob(filepath.Join(pn2.cdiDir, "*.json")); len(specs) != 1 {
+	if specs, _ := filepath.Glob(filepath.Join(pn2.CDIDir, "*.json")); len(specs) != 1 {
 		t.Fatalf("restore wrote %d CDI specs, want 1", len(specs))
 	}
 	r := pn2.prepare(t, pn2.draClient(t), c)
@@ -385,7 +385,10 @@ func TestCorruptCheckpoint(t *testing.T) {
 		t.Fatalf("recovered hold did not refuse another claim: %q", r.Error)
 	}
 
-	// Garbage: nothing to recover, the driver still starts.
+	// Garbage: nothing in the file to recover, but the claim's CDI spec
+	// is evidence of its hold: the driver starts, keeps the claim and its
+	// spec, and refuses its device to another claim until the kubelet
+	// unprepares it.
 	pn2.driver.Stop()
 	if err := os.WriteFile(cp, []byte("\x00garbage"), 0o600); err != nil {
 		t.Fatal(err)
@@ -394,8 +397,18 @@ func TestCorruptCheckpoint(t *testing.T) {
 	if pn3.stateWarn == nil {
 		t.Fatal("no warning for a garbage checkpoint")
 	}
+	if got := pn3.Restored.Recovered; len(got) != 1 || got[0].UID != c.UID {
+		t.Fatalf("recovered %+v, want claim %s from its CDI spec", got, c.Name)
+	}
+	if r := pn3.prepare(t, pn3.draClient(t), other); !strings.Contains(r.Error, "is prepared for "+string(c.UID)) {
+		t.Fatalf("prepare of another claim on a device the lost checkpoint held: %q, want it refused", r.Error)
+	}
+	if r := pn3.prepare(t, pn3.draClient(t), c); r.Error != "" || len(r.Devices) != 1 {
+		t.Fatalf("the recovered claim prepared again: %+v", r)
+	}
+	pn3.unprepare(t, pn3.draClient(t), c)
 	if r := pn3.prepare(t, pn3.draClient(t), other); r.Error != "" {
-		t.Fatalf("prepare after starting from an unreadable checkpoint: %s", r.Error)
+		t.Fatalf("prepare once the recovered claim was unprepared: %s", r.Error)
 	}
 }
 
@@ -405,7 +418,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 func TestPinnedDigestOnLoadedAFU(t *testing.T) {
 	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}})
 	dra := pn.draClient(t)
-	b, err := os.ReadFile(filepath.Join(pn.repoDir, "second.gbs"))
+	b, err := os.ReadFile(filepath.Join(pn.RepoDir, "second.gbs"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -16,20 +15,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2/ktesting"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 // NewAFU is an AFU no simulated port carries until it is programmed.
-const NewAFU = simnode.SampleAFUID
+const NewAFU = testnode.NewAFU
 
 // preparingNode is a testNode whose driver prepares claims on a real
 // State with a simulated programmer and a bitstream repository.
@@ -37,8 +35,6 @@ type preparingNode struct {
 	*testNode
 	state     *state.State
 	sim       *program.SimProgrammer
-	repoDir   string
-	cdiDir    string
 	stateWarn error
 	uid       atomic.Int64
 	metrics   *drivermetrics.Metrics
@@ -49,92 +45,38 @@ type preparingOptions struct {
 	restart     *preparingNode
 	prepareWait time.Duration
 	programmer  *program.SimProgrammer
+	// node adds to the node's options (hooks, waits).
+	node testnode.Options
 }
 
 func startPreparingNode(t testing.TB, o preparingOptions) *preparingNode {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	pn := &preparingNode{sim: o.programmer, metrics: drivermetrics.New()}
-	if pn.sim == nil {
-		pn.sim = &program.SimProgrammer{}
-	}
+	pn := &preparingNode{metrics: drivermetrics.New()}
 	var restart *testNode
 	if o.restart != nil {
 		restart = o.restart.testNode
-		pn.repoDir, pn.cdiDir = o.restart.repoDir, o.restart.cdiDir
 		pn.uid.Store(o.restart.uid.Load())
-	} else {
-		pn.repoDir, pn.cdiDir = t.TempDir(), cdiTempDir(t)
-		writeBitstream(t, pn.repoDir, "accel.gbs", simnode.DefaultInterfaceID, NewAFU)
-		writeBitstream(t, pn.repoDir, "second.gbs", simnode.DefaultInterfaceID, simnode.SecondAFUID)
-	}
-	repo, err := program.NewRepository(ctx, pn.repoDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer, err := cdi.NewWriter(driverName, "port", pn.cdiDir)
-	if err != nil {
-		t.Fatal(err)
 	}
 	var driver atomic.Pointer[draplugin.Driver]
 	claims := &draplugin.Claims{DriverName: driverName, PoolName: nodeName, Metrics: pn.metrics}
-	pn.testNode = startNode(t, nodeOptions{sim: o.sim, restart: restart, claims: claims, configure: func(c *draplugin.Config) {
+	node := o.node
+	node.Programmer, node.PrepareWait = o.programmer, o.prepareWait
+	node.OnProgrammed = func(p state.Programming) {
+		pn.metrics.ObserveProgramming(p.Err, p.Duration)
+		if d := driver.Load(); d != nil {
+			d.RefreshDevices()
+		}
+	}
+	pn.testNode = startNode(t, nodeOptions{sim: o.sim, node: node, restart: restart, claims: claims, configure: func(c *draplugin.Config) {
 		c.Metrics = pn.metrics
-		simRoot := c.Scanner.Root
-		st, warn, err := state.New(ctx, state.Config{
-			CheckpointPath: filepath.Join(c.PluginDataDir, "checkpoint.json"),
-			BootIDPath:     filepath.Join(simRoot, "proc/sys/kernel/random/boot_id"),
-			CDI:            writer,
-			Repository:     repo,
-			Programmer:     pn.sim,
-			Programmable:   true,
-			PrepareWait:    o.prepareWait,
-			OnProgrammed: func(p state.Programming) {
-				pn.metrics.ObserveProgramming(p.Err, p.Duration)
-				if d := driver.Load(); d != nil {
-					d.RefreshDevices()
-				}
-			},
-		})
-		if err != nil {
-			t.Fatalf("new state: %v", err)
-		}
-		res, err := c.Scanner.Scan()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Restore(ctx, res); err != nil {
-			t.Fatalf("restore: %v", err)
-		}
-		pn.state, pn.stateWarn = st, warn
-		claims.State = st
 		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.KubeClient.EventsV1()})
-		broadcaster.StartRecordingToSink(ctx.Done())
+		broadcaster.StartRecordingToSink(context.Background().Done())
 		t.Cleanup(broadcaster.Shutdown)
 		claims.Recorder = broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver")
 	}})
+	pn.state, pn.stateWarn, pn.sim = pn.State, pn.StateWarning, pn.Programmer
 	driver.Store(pn.driver)
 	return pn
-}
-
-func writeBitstream(t testing.TB, dir, name, interfaceID, afuID string) string {
-	t.Helper()
-	payload, err := program.SimPayload(afuID, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, name)
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := program.WriteGBS(f, program.NewGBSMetadata(interfaceID, afuID, name), payload); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func fpgaConfig(t testing.TB, cfg v1alpha1.FpgaConfig) runtime.RawExtension {
@@ -247,17 +189,11 @@ func afuOf(s []resourceapi.ResourceSlice, device string) string {
 	return ""
 }
 
-// cdiTempDir is a CDI spec directory on a tmpfs when the machine has one,
-// as /var/run/cdi is on a node; the checkpoint stays on disk.
-func cdiTempDir(t testing.TB) string {
+// writeBitstream writes a simulated-programmer GBS named name into dir and
+// returns its path.
+func writeBitstream(t testing.TB, dir, name, interfaceID, afuID string) string {
 	t.Helper()
-	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
-		return t.TempDir()
-	}
-	dir, err := os.MkdirTemp("/dev/shm", "fdra-cdi-")
-	if err != nil {
-		return t.TempDir()
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	path := filepath.Join(dir, name)
+	testnode.WriteBitstream(t, path, interfaceID, afuID)
+	return path
 }

@@ -2,24 +2,30 @@ package state
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 )
 
-// CheckpointVersion is the version of the on-disk format this code writes.
-// Loading accepts this version only; a newer file is refused rather than
-// misread (a downgrade after an upgrade is reported, not guessed).
-const CheckpointVersion = 1
+// CheckpointVersion is the version of the checkpoint payload this code
+// writes. Loading migrates every earlier version (see decodePayload) and
+// refuses a later one with ErrNewerCheckpoint, leaving the file untouched:
+// a downgrade after an upgrade is stopped, never guessed.
+//
+// Versions:
+//
+//	1  {"version":1,"checksum":"<sha256 of data>","data":{"bootID":…,"claims":{…}}}
+//	   (release 0.1: a checksum inside the slot's checksum)
+//	2  {"version":2,"bootID":…,"claims":{…}}: the slot's checksum is the
+//	   only one
+const CheckpointVersion = 2
 
 // ClaimPhase says how far preparation of a claim got.
 type ClaimPhase string
 
 const (
-	// PhaseStarted: the claim holds its devices; programming may be
-	// running or may have failed; no CDI spec was handed out.
+	// PhaseStarted: the claim holds its devices and programming was about
+	// to start, is running or failed; no CDI spec was handed out.
 	PhaseStarted ClaimPhase = "PrepareStarted"
 	// PhaseCompleted: the CDI spec is written and was returned.
 	PhaseCompleted ClaimPhase = "PrepareCompleted"
@@ -28,6 +34,8 @@ const (
 // Checkpoint is the driver's own record of prepared claims. It is this
 // project's type, not a library's, so library changes never invalidate it.
 type Checkpoint struct {
+	// Version is CheckpointVersion when written by this code.
+	Version int `json:"version"`
 	// BootID is /proc/sys/kernel/random/boot_id when the checkpoint was
 	// written: a different one means the node rebooted and every FPGA lost
 	// the bitstreams claims had programmed.
@@ -57,57 +65,90 @@ type DeviceRecord struct {
 	CDIDeviceID string `json:"cdiDeviceID,omitempty"`
 }
 
-// envelope is the file: the payload's exact bytes and their checksum.
-type envelope struct {
-	Version  int             `json:"version"`
-	Checksum string          `json:"checksum"` // sha256 of Data as stored
-	Data     json.RawMessage `json:"data"`
+var (
+	// ErrCorruptCheckpoint marks a checkpoint file that was damaged: a
+	// slot failed its checksum, could not be decoded, or was missing.
+	ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+	// ErrNewerCheckpoint marks a checkpoint written by a newer driver.
+	ErrNewerCheckpoint = errors.New("checkpoint written by a newer driver")
+)
+
+// newCheckpoint returns an empty checkpoint of the current version.
+func newCheckpoint() *Checkpoint {
+	return &Checkpoint{Version: CheckpointVersion, Claims: map[string]*ClaimRecord{}}
 }
 
-// ErrCorruptCheckpoint marks a checkpoint that failed its checksum or could
-// not be decoded.
-var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
-
-// EncodeCheckpoint renders a checkpoint file.
+// EncodeCheckpoint renders a checkpoint payload in the current version.
 func EncodeCheckpoint(cp *Checkpoint) ([]byte, error) {
-	data, err := json.Marshal(cp)
+	out := *cp
+	out.Version = CheckpointVersion
+	data, err := json.Marshal(&out)
 	if err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
-	sum := sha256.Sum256(data)
-	// Compact on purpose: indenting would re-format Data and break the sum.
-	return json.Marshal(envelope{Version: CheckpointVersion, Checksum: hex.EncodeToString(sum[:]), Data: data})
+	return data, nil
 }
 
-// DecodeCheckpoint parses a checkpoint file. On a checksum mismatch it still
-// returns what the payload decodes to (so the caller can recover claims)
-// together with an error wrapping ErrCorruptCheckpoint.
+// envelopeV1 is the version 1 payload.
+type envelopeV1 struct {
+	Version  int             `json:"version"`
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// DecodeCheckpoint parses a checkpoint payload of any version this code
+// knows and migrates it to the current one. It fails with an error
+// wrapping ErrNewerCheckpoint for a later version and ErrCorruptCheckpoint
+// for anything undecodable. A payload that decodes but holds a device
+// twice is returned sanitized (see sanitized) together with an error
+// wrapping ErrCorruptCheckpoint.
 func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
-	var env envelope
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&env); err != nil {
+	var v struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
 	}
-	if env.Version != CheckpointVersion {
-		return nil, fmt.Errorf("checkpoint version %d is not %d: written by another version of the driver", env.Version, CheckpointVersion)
-	}
 	cp := &Checkpoint{}
-	decodeErr := json.Unmarshal(env.Data, cp)
-	sum := sha256.Sum256(env.Data)
-	if hex.EncodeToString(sum[:]) != env.Checksum {
-		if decodeErr != nil {
-			return nil, fmt.Errorf("%w: checksum mismatch and payload undecodable: %v", ErrCorruptCheckpoint, decodeErr)
+	switch {
+	case v.Version > CheckpointVersion:
+		return nil, fmt.Errorf("%w: format version %d, this driver reads versions up to %d: run that driver release or a newer one on this node, or drain the node and remove the checkpoint",
+			ErrNewerCheckpoint, v.Version, CheckpointVersion)
+	case v.Version == 1:
+		var env envelopeV1
+		if err := strictDecode(b, &env); err != nil {
+			return nil, fmt.Errorf("%w: version 1 envelope: %v", ErrCorruptCheckpoint, err)
 		}
-		return cp.sanitized(), fmt.Errorf("%w: checksum mismatch", ErrCorruptCheckpoint)
+		if err := strictDecode(env.Data, cp); err != nil {
+			return nil, fmt.Errorf("%w: version 1 data: %v", ErrCorruptCheckpoint, err)
+		}
+	case v.Version == CheckpointVersion:
+		if err := strictDecode(b, cp); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorruptCheckpoint, v.Version)
 	}
-	if decodeErr != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, decodeErr)
+	cp.Version = CheckpointVersion
+	if cp.Claims == nil {
+		cp.Claims = map[string]*ClaimRecord{}
 	}
 	if err := cp.validate(); err != nil {
 		return cp.sanitized(), fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
 	}
 	return cp, nil
+}
+
+func strictDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
 }
 
 // validate checks the invariants the driver relies on.
@@ -136,7 +177,7 @@ func (cp *Checkpoint) validate() error {
 // sanitized keeps the claims that are internally consistent: each device
 // held once, known phases. What is dropped is reported by the caller.
 func (cp *Checkpoint) sanitized() *Checkpoint {
-	out := &Checkpoint{BootID: cp.BootID, Claims: map[string]*ClaimRecord{}}
+	out := &Checkpoint{Version: cp.Version, BootID: cp.BootID, Claims: map[string]*ClaimRecord{}}
 	held := map[string]bool{}
 	for uid, c := range cp.Claims {
 		if c == nil || c.UID != uid || (c.Phase != PhaseStarted && c.Phase != PhaseCompleted) {
@@ -159,14 +200,22 @@ func (cp *Checkpoint) sanitized() *Checkpoint {
 	return out
 }
 
-// copyCheckpoint returns a deep copy, so a save can encode outside the
-// state's lock.
-func copyCheckpoint(cp *Checkpoint) (*Checkpoint, error) {
-	out := &Checkpoint{BootID: cp.BootID, Claims: make(map[string]*ClaimRecord, len(cp.Claims))}
+// clone returns a deep copy, so a save can encode outside the state's lock.
+func (cp *Checkpoint) clone() *Checkpoint {
+	out := &Checkpoint{Version: cp.Version, BootID: cp.BootID, Claims: make(map[string]*ClaimRecord, len(cp.Claims))}
 	for uid, c := range cp.Claims {
-		cc := *c
-		cc.Devices = append([]DeviceRecord(nil), c.Devices...)
-		out.Claims[uid] = &cc
+		out.Claims[uid] = c.clone()
 	}
-	return out, nil
+	return out
+}
+
+// clone returns a deep copy of a record.
+func (c *ClaimRecord) clone() *ClaimRecord {
+	cc := *c
+	cc.Devices = make([]DeviceRecord, len(c.Devices))
+	for i, d := range c.Devices {
+		d.Requests = append([]string(nil), d.Requests...)
+		cc.Devices[i] = d
+	}
+	return &cc
 }

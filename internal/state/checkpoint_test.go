@@ -1,6 +1,9 @@
 package state
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,7 +12,7 @@ import (
 )
 
 func sampleCheckpoint() *Checkpoint {
-	return &Checkpoint{BootID: "boot-1", Claims: map[string]*ClaimRecord{
+	return &Checkpoint{Version: CheckpointVersion, BootID: "boot-1", Claims: map[string]*ClaimRecord{
 		"uid-1": {UID: "uid-1", Namespace: "ns", Name: "a", Phase: PhaseCompleted, BootID: "boot-1",
 			Devices: []DeviceRecord{{Device: "fpga-0000-01-00-0-p0", Requests: []string{"r"}, AFUID: "d8424dc4a4a3c413f89e433683f9040b", Programmed: true, CDIDeviceID: "fpga.dra.dev/port=uid-1-fpga-0000-01-00-0-p0"}}},
 		"uid-2": {UID: "uid-2", Namespace: "ns", Name: "b", Phase: PhaseStarted, BootID: "boot-1",
@@ -17,8 +20,28 @@ func sampleCheckpoint() *Checkpoint {
 	}}
 }
 
+// encodeV1 renders cp as release 0.1 wrote a slot's payload: an envelope
+// with its own checksum.
+func encodeV1(t testing.TB, cp *Checkpoint) []byte {
+	t.Helper()
+	v1 := struct {
+		BootID string                  `json:"bootID"`
+		Claims map[string]*ClaimRecord `json:"claims"`
+	}{cp.BootID, cp.Claims}
+	data, err := json.Marshal(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	b, err := json.Marshal(envelopeV1{Version: 1, Checksum: hex.EncodeToString(sum[:]), Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestCheckpointRoundTrip(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
 	cf, _, err := OpenCheckpoint(path)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +55,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cf.Close()
-	if len(got.Claims) != 2 || got.Claims["uid-1"].Devices[0].CDIDeviceID == "" || got.BootID != "boot-1" {
+	if len(got.Claims) != 2 || got.Claims["uid-1"].Devices[0].CDIDeviceID == "" || got.BootID != "boot-1" || got.Version != CheckpointVersion {
 		t.Fatalf("round trip lost data: %+v", got)
 	}
 	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
@@ -47,46 +70,40 @@ func TestCheckpointMissingIsEmpty(t *testing.T) {
 	}
 }
 
-func TestCheckpointRefusals(t *testing.T) {
+func TestDecodeCheckpoint(t *testing.T) {
 	good, err := EncodeCheckpoint(sampleCheckpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name       string
-		data       string
-		corrupt    bool
-		wantClaims int
-		want       string
+		name          string
+		data          string
+		newer, broken bool
+		want          string
 	}{
-		{name: "garbage", data: "\x00\x01", corrupt: true, want: "corrupt"},
-		{name: "unknown field", data: strings.Replace(string(good), `"version"`, `"extra":1,"version"`, 1), corrupt: true, want: "unknown field"},
-		{name: "checksum", data: strings.Replace(string(good), `"boot-1"`, `"boot-X"`, 1), corrupt: true, wantClaims: 2, want: "checksum"},
-		{name: "newer version", data: strings.Replace(string(good), `"version":1`, `"version":2`, 1), want: "version 2"},
+		{name: "current", data: string(good)},
+		{name: "version 1 migrates", data: string(encodeV1(t, sampleCheckpoint()))},
+		{name: "garbage", data: "\x00\x01", broken: true, want: "corrupt"},
+		{name: "unknown field", data: strings.Replace(string(good), `"version"`, `"extra":1,"version"`, 1), broken: true, want: "unknown field"},
+		{name: "trailing data", data: string(good) + "{}", broken: true, want: "after top-level value"},
+		{name: "unknown old version", data: strings.Replace(string(good), `"version":2`, `"version":0`, 1), broken: true, want: "unknown format version 0"},
+		{name: "newer version", data: strings.Replace(string(good), `"version":2`, `"version":3`, 1), newer: true, want: "format version 3, this driver reads versions up to 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "checkpoint.json")
-			if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
+			cp, err := DecodeCheckpoint([]byte(tc.data))
+			switch {
+			case tc.want == "" && err != nil:
 				t.Fatal(err)
-			}
-			_, cp, err := OpenCheckpoint(path)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
-			}
-			if errors.Is(err, ErrCorruptCheckpoint) != tc.corrupt {
-				t.Fatalf("corrupt = %v, want %v: %v", !tc.corrupt, tc.corrupt, err)
-			}
-			if !tc.corrupt {
-				if _, statErr := os.Stat(path); statErr != nil {
-					t.Fatalf("a checkpoint of another version must stay in place: %v", statErr)
+			case tc.want == "":
+				if len(cp.Claims) != 2 || cp.Version != CheckpointVersion || cp.Claims["uid-1"].Devices[0].AFUID == "" {
+					t.Fatalf("decoded %+v", cp)
 				}
 				return
+			case err == nil || !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
-			if len(cp.Claims) != tc.wantClaims {
-				t.Fatalf("recovered %d claims, want %d", len(cp.Claims), tc.wantClaims)
-			}
-			if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
-				t.Fatalf("not kept aside: %v", aside)
+			if errors.Is(err, ErrNewerCheckpoint) != tc.newer || errors.Is(err, ErrCorruptCheckpoint) != tc.broken {
+				t.Fatalf("error %v: newer %v broken %v, want %v %v", err, errors.Is(err, ErrNewerCheckpoint), errors.Is(err, ErrCorruptCheckpoint), tc.newer, tc.broken)
 			}
 		})
 	}
@@ -106,7 +123,9 @@ func TestCheckpointSanitizesDoubleHolds(t *testing.T) {
 func FuzzDecodeCheckpoint(f *testing.F) {
 	good, _ := EncodeCheckpoint(sampleCheckpoint())
 	f.Add(good)
+	f.Add(encodeV1(f, sampleCheckpoint()))
 	f.Add([]byte(`{"version":1,"checksum":"","data":{}}`))
+	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cp, _ := DecodeCheckpoint(b)

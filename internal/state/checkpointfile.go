@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,11 @@ import (
 //
 //	magic "FPGACKP2" | generation uint64 LE | length uint32 LE |
 //	sha256 of the payload (32 bytes) | payload (EncodeCheckpoint's bytes)
+//
+// CheckpointFileName is the checkpoint's file name in the plugin data
+// directory.
+const CheckpointFileName = "checkpoint.json"
+
 const (
 	slotMagic       = "FPGACKP2"
 	slotHeaderSize  = 8 + 8 + 4 + 32
@@ -37,6 +43,8 @@ type CheckpointFile struct {
 	f        *os.File
 	slotSize int64
 	gen      uint64
+	// skipSync leaves the flush out (see Config.SkipSync).
+	skipSync bool
 }
 
 type slot struct {
@@ -61,96 +69,132 @@ func parseSlot(b []byte) slot {
 	return s
 }
 
-// ReadCheckpoint decodes a checkpoint file's bytes: the two-slot format, or
-// a single envelope as earlier versions wrote it. It returns the newest
-// consistent checkpoint and its generation. When the newest data is damaged
-// it returns what it could recover together with an error wrapping
-// ErrCorruptCheckpoint.
-func ReadCheckpoint(b []byte) (*Checkpoint, uint64, error) {
-	if !bytes.HasPrefix(b, []byte(slotMagic)) {
-		cp, err := DecodeCheckpoint(b)
-		return cp, 0, err
+// slotOffsets lists where a slot may start in a file of n bytes: 0, and
+// every slot size Save can choose (a power of two from minSlotSize) below
+// n, so that a file that was truncated or extended still shows its second
+// slot.
+func slotOffsets(n int64) []int64 {
+	offs := []int64{0}
+	for size := int64(minSlotSize); size < n && size <= maxCheckpointSz/2; size *= 2 {
+		offs = append(offs, size)
 	}
-	half := len(b) / 2
-	if half < slotHeaderSize || len(b)%2 != 0 {
-		return nil, 0, fmt.Errorf("%w: %d bytes is not two checkpoint slots", ErrCorruptCheckpoint, len(b))
+	return offs
+}
+
+// ReadCheckpoint decodes a checkpoint file's bytes. It returns the
+// checkpoint of the newest slot whose checksum holds and that decodes, its
+// generation and the file's slot size. When anything about the file is
+// damaged (a slot that fails its checksum or does not decode, a missing
+// slot, a file of the wrong size) the checkpoint it returns comes from the
+// valid slot alone (never from a damaged one) and the error wraps
+// ErrCorruptCheckpoint and says what was found: the last save may be lost,
+// and the caller must look for other evidence of prepared claims. A slot
+// written by a newer driver fails with ErrNewerCheckpoint and nothing else
+// is returned.
+func ReadCheckpoint(b []byte) (*Checkpoint, uint64, int64, error) {
+	n := int64(len(b))
+	type found struct {
+		off int64
+		s   slot
+		cp  *Checkpoint
+		err error
 	}
-	a, c := parseSlot(b[:half]), parseSlot(b[half:])
-	newest, other := a, c
-	if c.gen > a.gen {
-		newest, other = c, a
-	}
-	// The newest slot, when consistent, is the checkpoint. Otherwise what
-	// can be decoded is returned with a loud error, newest first: holding a
-	// device too many only refuses claims until it is unprepared, holding
-	// one too few risks a double allocation.
-	for i, s := range []slot{newest, other} {
-		if s.payload == nil {
+	var slots []found
+	var damage []string
+	for _, off := range slotOffsets(n) {
+		if off > 0 && !bytes.HasPrefix(b[off:], []byte(slotMagic)) {
 			continue
 		}
-		cp, err := DecodeCheckpoint(s.payload)
+		f := found{off: off, s: parseSlot(b[off:])}
 		switch {
-		case cp == nil:
+		case off == 0 && !bytes.HasPrefix(b, []byte(slotMagic)):
+			damage = append(damage, "the first slot's header is missing or overwritten")
 			continue
-		case i == 0 && s.valid && err == nil:
-			return cp, s.gen, nil
-		case err == nil && s.valid:
-			return cp, s.gen, fmt.Errorf("%w: the newest slot (generation %d) cannot be read; using generation %d, so the last save may be lost", ErrCorruptCheckpoint, newest.gen, s.gen)
-		case err == nil:
-			err = errors.New("slot checksum mismatch")
+		case !f.s.valid:
+			damage = append(damage, fmt.Sprintf("the slot at byte %d (generation %d) fails its checksum", off, f.s.gen))
+			continue
 		}
-		if !errors.Is(err, ErrCorruptCheckpoint) {
-			err = fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
+		f.cp, f.err = DecodeCheckpoint(f.s.payload)
+		switch {
+		case errors.Is(f.err, ErrNewerCheckpoint):
+			return nil, 0, 0, f.err
+		case f.cp == nil:
+			damage = append(damage, fmt.Sprintf("the slot at byte %d (generation %d) does not decode: %v", off, f.s.gen, f.err))
+			continue
+		case f.err != nil:
+			damage = append(damage, fmt.Sprintf("the slot at byte %d (generation %d) is inconsistent: %v", off, f.s.gen, f.err))
 		}
-		return cp, s.gen, fmt.Errorf("generation %d damaged, recovered what decodes: %w", s.gen, err)
+		slots = append(slots, f)
 	}
-	return nil, 0, fmt.Errorf("%w: neither checkpoint slot can be read", ErrCorruptCheckpoint)
+	var best *found
+	for i := range slots {
+		if best == nil || slots[i].s.gen > best.s.gen {
+			best = &slots[i]
+		}
+	}
+	slotSize := n / 2
+	switch {
+	case best == nil:
+		damage = append(damage, "no slot can be read")
+		return newCheckpoint(), 0, 0, fmt.Errorf("%w: %s", ErrCorruptCheckpoint, strings.Join(damage, "; "))
+	case len(slots) == 1 && len(damage) == 0:
+		damage = append(damage, "only one slot was found")
+	}
+	if len(damage) == 0 && (slots[1].off != slotSize || n%2 != 0 || slotSize < minSlotSize) {
+		damage = append(damage, fmt.Sprintf("the file has %d bytes, not two slots of %d", n, slots[1].off))
+	}
+	if len(damage) > 0 {
+		return best.cp, best.s.gen, 0, fmt.Errorf("%w: %s; using generation %d, so the last save may be lost", ErrCorruptCheckpoint, strings.Join(damage, "; "), best.s.gen)
+	}
+	return best.cp, best.s.gen, slotSize, nil
 }
 
 // OpenCheckpoint opens (creating it when missing) the checkpoint at path
-// and loads it. A corrupt file is moved aside to path.corrupt-<time>, never
-// deleted, and what could be recovered is returned with an error wrapping
-// ErrCorruptCheckpoint; other errors are fatal.
+// and loads it. A damaged file is copied to path.corrupt-<time>, never
+// deleted, and rewritten from what ReadCheckpoint recovered; the returned
+// error then wraps ErrCorruptCheckpoint and the caller must treat the
+// checkpoint as possibly incomplete. A checkpoint of a newer driver is
+// left untouched and fails with ErrNewerCheckpoint; other errors are
+// fatal too.
 func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
-	cp := &Checkpoint{Claims: map[string]*ClaimRecord{}}
-	var gen uint64
-	var warning error
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		cf := &CheckpointFile{path: path}
+		cp := newCheckpoint()
+		if err := cf.rewrite(cp, minSlotSize); err != nil {
+			return nil, nil, err
+		}
+		return cf, cp, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("read checkpoint %s: %w", path, err)
-	default:
-		loaded, g, err := ReadCheckpoint(b)
-		if err != nil && !errors.Is(err, ErrCorruptCheckpoint) {
-			return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
-		}
-		if loaded != nil {
-			cp, gen = loaded, g
-		}
-		if cp.Claims == nil {
-			cp.Claims = map[string]*ClaimRecord{}
-		}
+	}
+	cp, gen, slotSize, err := ReadCheckpoint(b)
+	switch {
+	case errors.Is(err, ErrNewerCheckpoint):
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	case err == nil:
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
-			aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000"))
-			if rerr := os.Rename(path, aside); rerr != nil {
-				return nil, nil, fmt.Errorf("checkpoint %s is corrupt (%v) and could not be moved aside: %w", path, err, rerr)
-			}
-			warning = fmt.Errorf("checkpoint %s: %w; kept as %s, recovered %d claims", path, err, aside, len(cp.Claims))
-		} else if bytes.HasPrefix(b, []byte(slotMagic)) {
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				return nil, nil, fmt.Errorf("open checkpoint %s: %w", path, err)
-			}
-			return &CheckpointFile{path: path, f: f, slotSize: int64(len(b) / 2), gen: gen}, cp, nil
+			return nil, nil, fmt.Errorf("open checkpoint %s: %w", path, err)
+		}
+		return &CheckpointFile{path: path, f: f, slotSize: slotSize, gen: gen}, cp, nil
+	}
+	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000"))
+	if werr := atomicfile.Write(aside, b, atomicfile.Options{Perm: 0o600}); werr != nil {
+		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v) and could not be kept aside: %w", path, err, werr)
+	}
+	cf := &CheckpointFile{path: path, gen: gen}
+	size := int64(minSlotSize)
+	if payload, perr := EncodeCheckpoint(cp); perr == nil {
+		for int64(len(payload)) > size-slotHeaderSize {
+			size *= 2
 		}
 	}
-	// Missing, in the old format, or moved aside: write a new file.
-	cf := &CheckpointFile{path: path, gen: gen}
-	if err := cf.rewrite(cp, minSlotSize); err != nil {
-		return nil, nil, err
+	if werr := cf.rewrite(cp, size); werr != nil {
+		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v) and could not be rewritten: %w", path, err, werr)
 	}
-	return cf, cp, warning
+	return cf, cp, fmt.Errorf("checkpoint %s: %w; the damaged file is kept as %s", path, err, aside)
 }
 
 // Save writes cp into the older slot and flushes it.
@@ -174,8 +218,10 @@ func (cf *CheckpointFile) Save(cp *Checkpoint) error {
 	if _, err := cf.f.WriteAt(encodeSlot(gen, payload), off); err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
 	}
-	if err := unix.Fdatasync(int(cf.f.Fd())); err != nil {
-		return fmt.Errorf("flush checkpoint %s: %w", cf.path, err)
+	if !cf.skipSync {
+		if err := unix.Fdatasync(int(cf.f.Fd())); err != nil {
+			return fmt.Errorf("flush checkpoint %s: %w", cf.path, err)
+		}
 	}
 	cf.gen = gen
 	return nil

@@ -15,55 +15,158 @@ func claimN(i int) *ClaimRecord {
 		Devices: []DeviceRecord{{Device: fmt.Sprintf("fpga-0000-%02x-00-0-p0", i%256) + fmt.Sprint(i/256)}}}
 }
 
-func TestCheckpointFileSlots(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "checkpoint.json")
+// writeGenerations saves n checkpoints, the k-th holding claims 1..k, and
+// returns the file's bytes.
+func writeGenerations(t *testing.T, path string, n int) []byte {
+	t.Helper()
 	cf, cp, err := OpenCheckpoint(path)
 	if err != nil || len(cp.Claims) != 0 {
 		t.Fatalf("new checkpoint: %v %+v", err, cp)
 	}
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		cp.Claims[claimN(i).UID] = claimN(i)
 		if err := cf.Save(cp); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cf.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newestSlot returns the offset of the slot with the higher generation.
+func newestSlot(b []byte) int {
+	half := len(b) / 2
+	if parseSlot(b[half:]).gen > parseSlot(b[:half]).gen {
+		return half
+	}
+	return 0
+}
+
+func TestCheckpointFileSlots(t *testing.T) {
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
+	writeGenerations(t, path, 3)
 	cf, got, err := OpenCheckpoint(path)
 	if err != nil || len(got.Claims) != 3 {
 		t.Fatalf("reopen: %v, %d claims, want 3", err, len(got.Claims))
 	}
 	cf.Close()
+}
 
-	// A torn write: the newest slot's payload cut short in place.
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+// TestCheckpointFileDamage damages the newest slot in each way a crash or
+// a stray write can, and checks that the older valid slot is used (never
+// the damaged payload), the damage is reported and the file is kept aside.
+func TestCheckpointFileDamage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(b []byte, newest int) []byte
+	}{
+		{"torn payload", func(b []byte, n int) []byte {
+			for i := n + slotHeaderSize + 10; i < n+len(b)/2; i++ {
+				b[i] = 0
+			}
+			return b
+		}},
+		{"intact JSON, wrong checksum", func(b []byte, n int) []byte {
+			b[n+20] ^= 0xff // the stored sha256
+			return b
+		}},
+		{"payload edited", func(b []byte, n int) []byte {
+			i := strings.Index(string(b[n:]), `"c3"`)
+			b[n+i+2] = '9' // still valid JSON, another claim name
+			return b
+		}},
+		{"magic overwritten", func(b []byte, n int) []byte {
+			copy(b[n:], "XXXXXXXX")
+			return b
+		}},
+		{"file truncated into the newest slot", func(b []byte, n int) []byte {
+			if n == 0 {
+				// Make the newest slot the second one: swap the halves.
+				half := len(b) / 2
+				b = append(append([]byte(nil), b[half:]...), b[:half]...)
+				n = half
+			}
+			return b[:n+slotHeaderSize+5]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), CheckpointFileName)
+			b := writeGenerations(t, path, 3)
+			b = tc.damage(b, newestSlot(b))
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cf, got, err := OpenCheckpoint(path)
+			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "last save may be lost") {
+				t.Fatalf("damaged newest slot: %v, want a loud warning", err)
+			}
+			cf.Close()
+			if len(got.Claims) != 2 || got.Claims["uid-1"] == nil || got.Claims["uid-2"] == nil {
+				t.Fatalf("recovered %v, want exactly generation 2's claims uid-1 and uid-2", got.Claims)
+			}
+			if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
+				t.Fatalf("damaged file not kept aside: %v", aside)
+			} else if kept, _ := os.ReadFile(aside[0]); string(kept) != string(b) {
+				t.Fatal("the file kept aside is not the damaged file")
+			}
+			// The rewritten file is sound again.
+			cf, again, err := OpenCheckpoint(path)
+			if err != nil || len(again.Claims) != 2 {
+				t.Fatalf("after the rewrite: %v, %d claims", err, len(again.Claims))
+			}
+			cf.Close()
+		})
 	}
-	half := len(b) / 2
-	newest := 0
-	if parseSlot(b[half:]).gen > parseSlot(b[:half]).gen {
-		newest = half
-	}
-	for i := newest + slotHeaderSize + 10; i < newest+half; i++ {
-		b[i] = 0
-	}
+}
+
+func TestCheckpointFileNewerVersionUntouched(t *testing.T) {
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
+	payload := []byte(`{"version":3,"bootID":"","claims":{}}`)
+	b := append(encodeSlot(1, payload), make([]byte, minSlotSize-slotHeaderSize-len(payload))...)
+	b = append(b, b...)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, got, err = OpenCheckpoint(path)
-	if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "last save may be lost") {
-		t.Fatalf("torn newest slot: %v, want a loud warning", err)
+	_, _, err := OpenCheckpoint(path)
+	if !errors.Is(err, ErrNewerCheckpoint) || !strings.Contains(err.Error(), "run that driver release or a newer one") {
+		t.Fatalf("newer checkpoint: %v", err)
 	}
-	if len(got.Claims) != 2 {
-		t.Fatalf("recovered %d claims from the previous generation, want 2", len(got.Claims))
+	if after, _ := os.ReadFile(path); string(after) != string(b) {
+		t.Fatal("a newer driver's checkpoint was changed")
 	}
-	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
-		t.Fatalf("damaged file not kept aside: %v", aside)
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
+		t.Fatalf("a newer driver's checkpoint was treated as damaged: %v", aside)
+	}
+}
+
+func TestCheckpointFileMigratesVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
+	old := encodeV1(t, sampleCheckpoint())
+	slotA := append(encodeSlot(4, old), make([]byte, minSlotSize-slotHeaderSize-len(old))...)
+	slotB := append(encodeSlot(3, old), make([]byte, minSlotSize-slotHeaderSize-len(old))...)
+	if err := os.WriteFile(path, append(slotA, slotB...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cf, cp, err := OpenCheckpoint(path)
+	if err != nil || len(cp.Claims) != 2 || cp.Claims["uid-1"].Devices[0].CDIDeviceID == "" {
+		t.Fatalf("release 0.1 checkpoint: %v, %+v", err, cp)
+	}
+	if err := cf.Save(cp); err != nil {
+		t.Fatal(err)
+	}
+	cf.Close()
+	b, _ := os.ReadFile(path)
+	if s := parseSlot(b[newestSlot(b):]); !strings.HasPrefix(string(s.payload), `{"version":2,`) {
+		t.Fatalf("a save after migration wrote %.40q, want version 2", s.payload)
 	}
 }
 
 func TestCheckpointFileGrows(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
 	cf, cp, err := OpenCheckpoint(path)
 	if err != nil {
 		t.Fatal(err)
@@ -87,36 +190,17 @@ func TestCheckpointFileGrows(t *testing.T) {
 	}
 }
 
-func TestCheckpointFileMigratesEnvelope(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "checkpoint.json")
-	old, err := EncodeCheckpoint(sampleCheckpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, old, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cf, cp, err := OpenCheckpoint(path)
-	if err != nil || len(cp.Claims) != 2 {
-		t.Fatalf("old format: %v, %d claims", err, len(cp.Claims))
-	}
-	cf.Close()
-	b, _ := os.ReadFile(path)
-	if !strings.HasPrefix(string(b), slotMagic) {
-		t.Fatal("the old format was not rewritten as slots")
-	}
-}
-
 func FuzzReadCheckpoint(f *testing.F) {
 	payload, _ := EncodeCheckpoint(sampleCheckpoint())
-	two := append(encodeSlot(2, payload), make([]byte, 64)...)
-	other := append(encodeSlot(1, payload), make([]byte, 64)...)
-	other = append(other, make([]byte, len(two)-len(other))...)
-	f.Add(append(two, other...))
+	slot := func(gen uint64) []byte {
+		return append(encodeSlot(gen, payload), make([]byte, minSlotSize-slotHeaderSize-len(payload))...)
+	}
+	f.Add(append(slot(2), slot(1)...))
+	f.Add(slot(2))
 	f.Add(payload)
 	f.Add([]byte(slotMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cp, _, _ := ReadCheckpoint(b)
+		cp, _, _, _ := ReadCheckpoint(b)
 		if cp == nil {
 			return
 		}

@@ -2,7 +2,6 @@ package state
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -11,17 +10,14 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
-
-// ErrNotHeld: a device is not prepared for the holder that asked.
-var ErrNotHeld = errors.New("device not prepared for this holder")
 
 // ProgramHeld loads the accelerator function afuID into the region behind
 // device for the holder uid that holds it: the legacy device-plugin
 // endpoint's programming hook asks for it just before the holder's
-// container starts. It fails with ErrNotHeld unless uid holds device,
-// with program.ErrInterfaceMismatch unless interfaceID is the region's
+// container starts. It fails with ErrNotHeld unless uid holds device (and
+// with ErrReleasing while uid is being released), with
+// program.ErrInterfaceMismatch unless interfaceID is the region's
 // interface ID, and with ErrNotProgrammable on a node that forbids
 // programming. The bitstream is looked up in the node's repository from
 // the two IDs, exactly as for a claim's FpgaConfig without a bitstream
@@ -30,12 +26,42 @@ var ErrNotHeld = errors.New("device not prepared for this holder")
 //
 // ProgramHeld waits for the programming until ctx ends (ErrInProgress; the
 // programming goes on and a repeated call waits for the same job). It is
-// serialised with every other programming of the port. Afterwards the
+// serialised with every other programming of the region. Afterwards the
 // hold's record, and its CDI spec, carry afuID.
 func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (Programming, error) {
 	res := Programming{Device: device, AFUID: afuID}
+	j, started, err := s.decideProgramHeld(uid, device, interfaceID, afuID, devs)
+	if err != nil {
+		return res, err
+	}
+	if started {
+		go s.runJob(j)
+	}
+	if j != nil {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return res, fmt.Errorf("%w: device %s is being programmed with AFU %s; the call was cancelled: %v", ErrInProgress, device, afuID, context.Cause(ctx))
+		}
+		if res = j.result; res.Err != nil {
+			return res, res.Err
+		}
+	}
+	if err := s.recordAFU(uid, device, afuID, j != nil, devs); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording the programmed AFU failed; the region is programmed", "holder", uid, "device", device)
+	}
+	return res, nil
+}
+
+// decideProgramHeld is ProgramHeld's critical section: it checks the hold,
+// joins a job programming afuID for uid into the device, or decides (with
+// the policy of a claim asking for afuID with programming IfNeeded)
+// whether a new job must program it. j is nil when nothing must be
+// loaded; started says j is new and must be run.
+func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
 	s.mu.Lock()
-	holder, held := s.holders[device]
+	defer s.mu.Unlock()
+	holder, held := s.holds[device]
 	rec := s.cp.Claims[string(uid)]
 	idx := -1
 	if rec != nil {
@@ -43,89 +69,53 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 	}
 	switch {
 	case !held:
-		s.mu.Unlock()
-		return res, fmt.Errorf("%w: device %s is not prepared for anyone; only a device allocated to %s can be programmed for it", ErrNotHeld, device, uid)
+		return nil, false, fmt.Errorf("%w: device %s is not prepared for anyone; only a device allocated to %s can be programmed for it", ErrNotHeld, device, uid)
 	case holder != uid || idx < 0:
-		s.mu.Unlock()
-		return res, fmt.Errorf("%w: device %s is prepared for %s, not for %s", ErrNotHeld, device, holder, uid)
+		return nil, false, fmt.Errorf("%w: device %s is prepared for %s, not for %s", ErrNotHeld, device, s.holderName(holder), uid)
+	case s.releasing[uid]:
+		return nil, false, fmt.Errorf("%w: %s is being unprepared; device %s is not programmed for it any more", ErrReleasing, s.holderName(uid), device)
+	}
+	if j := s.jobs[device]; j != nil && j.holder == uid && j.afu == afuID {
+		return j, false, nil
 	}
 	card, port, ok := devs.FindPort(device)
 	if !ok {
-		s.mu.Unlock()
-		return res, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", device)
+		return nil, false, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", device)
 	}
-	if interfaceID != card.InterfaceID {
-		s.mu.Unlock()
-		return res, fmt.Errorf("%w: device %s has interface ID %s, not the requested %s: request the region resource of interface %s or build the AFU for %s",
-			program.ErrInterfaceMismatch, device, card.InterfaceID, interfaceID, interfaceID, card.InterfaceID)
+	cfg := &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: interfaceID, Programming: v1alpha1.ProgrammingIfNeeded}
+	p, err := decideDevice(cfg, s.facts(uid, device, card, port, nil, func(types.UID) bool { return false }))
+	if err != nil || !p.Program {
+		return nil, false, err
 	}
-	j := s.jobs[device]
-	if j == nil || j.holder != uid || j.afu != afuID {
-		j = nil
-		if port.AFUID != afuID {
-			if !s.cfg.Programmable {
-				s.mu.Unlock()
-				return res, fmt.Errorf("%w: device %s carries AFU %s and %s is requested, but this node runs with --programmable=false", ErrNotProgrammable, device, orNone(port.AFUID), afuID)
-			}
-			if s.cfg.Programmer == nil {
-				s.mu.Unlock()
-				return res, fmt.Errorf("%w: device %s needs AFU %s but no programmer is configured on this node", ErrNotProgrammable, device, afuID)
-			}
-			h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
-			cfg := &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: interfaceID, Programming: v1alpha1.ProgrammingIfNeeded}
-			j = s.startJob(ctx, h, &plan{
-				req:  DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg},
-				card: card, port: port, program: true, afu: afuID,
-			})
-		}
-	}
-	s.mu.Unlock()
-
-	if j != nil {
-		select {
-		case <-j.done:
-		case <-ctx.Done():
-			return res, fmt.Errorf("%w: device %s is being programmed with AFU %s; the call was cancelled: %v", ErrInProgress, device, afuID, ctx.Err())
-		}
-		res = j.result
-		s.mu.Lock()
-		if s.jobs[device] == j {
-			delete(s.jobs, device)
-		}
-		s.mu.Unlock()
-		if res.Err != nil {
-			return res, res.Err
-		}
-	}
-	s.recordAFU(ctx, uid, device, afuID, j != nil, devs)
-	return res, nil
+	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
+	return s.newJob(s.ctx, h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p}), true, nil
 }
 
 // recordAFU notes in a hold's record that device now carries afuID and
-// rewrites the hold's CDI spec to match. Failures are logged: the region
-// is programmed either way, and Restore rewrites specs from the record.
-func (s *State) recordAFU(ctx context.Context, uid types.UID, device, afuID string, programmed bool, devs *discovery.Result) {
-	logger := klog.FromContext(ctx)
+// rewrites the hold's CDI spec to match.
+func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, devs *discovery.Result) error {
 	s.mu.Lock()
 	rec := s.cp.Claims[string(uid)]
-	if rec == nil || s.holders[device] != uid {
-		s.mu.Unlock()
-		return // released meanwhile
+	i := -1
+	if rec != nil && s.holds[device] == uid {
+		i = slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
 	}
-	i := slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
 	if i < 0 || (rec.Devices[i].AFUID == afuID && !programmed) {
 		s.mu.Unlock()
-		return
+		return nil // released meanwhile, or nothing changed
 	}
-	rec.Devices[i].AFUID = afuID
-	rec.Devices[i].Programmed = rec.Devices[i].Programmed || programmed
-	recs := slices.Clone(rec.Devices)
-	s.changed()
+	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
+	updated := rec.clone()
+	updated.Devices[i].AFUID = afuID
+	updated.Devices[i].Programmed = updated.Devices[i].Programmed || programmed
 	s.mu.Unlock()
-	if err := s.persist(); err != nil {
-		logger.Error(err, "Recording the programmed AFU failed", "holder", uid, "device", device)
+	if _, err := s.writeSpec(h, updated.Devices, devs); err != nil {
+		return fmt.Errorf("rewrite the CDI spec after programming: %w", err)
 	}
-	if _, err := s.writeSpec(uid, recs, devs); err != nil {
-		logger.Error(err, "Rewriting the CDI spec after programming failed", "holder", uid, "device", device)
-	}
+	return s.commit(func(cp *Checkpoint) {
+		if cur := cp.Claims[string(uid)]; cur != nil && s.holds[device] == uid && len(cur.Devices) > i && cur.Devices[i].Device == device {
+			cur.Devices[i].AFUID = afuID
+			cur.Devices[i].Programmed = cur.Devices[i].Programmed || programmed
+		}
+	})
 }

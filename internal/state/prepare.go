@@ -4,153 +4,293 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
-// plan is what Prepare decided for one device.
-type plan struct {
-	req     DeviceRequest
-	card    *discovery.Card
-	port    *discovery.Port
-	program bool   // a job must (or did) program the region
-	afu     string // the AFU the device will carry
-	job     *job
+// op is the one operation in flight for a holder: a prepare, or the
+// release of an Unprepare.
+type op struct {
+	holder  Holder
+	release bool
+	// cancel cancels the prepare's programming jobs when an Unprepare asks
+	// for the holder's release.
+	cancel context.CancelCauseFunc
+	jobs   []*job
+	// done is closed once out and err are set.
+	done chan struct{}
+	out  Outcome
+	err  error
+	// reported is set once a caller read out.Programmed.
+	reported bool
+}
+
+// PrepareOption adjusts one Prepare.
+type PrepareOption func(*prepareOptions)
+
+type prepareOptions struct {
+	supersede func(types.UID) bool
+	rebuild   bool
+}
+
+// Supersede lets the prepare take devices from other holders for which
+// may returns true (the legacy endpoint's earlier allocations: the kubelet
+// only hands a device out again once its container ended): they are
+// released in the same commit, their CDI specs removed. A holder with an
+// operation or programming in flight is never superseded.
+func Supersede(may func(types.UID) bool) PrepareOption {
+	return func(o *prepareOptions) { o.supersede = may }
+}
+
+// Rebuild makes a prepare of a completed holder decide again and rewrite
+// its record and CDI spec, e.g. because the AFU it recorded is no longer
+// loaded.
+func Rebuild() PrepareOption {
+	return func(o *prepareOptions) { o.rebuild = true }
 }
 
 // Prepare prepares a holder's devices. It is idempotent: a completed
 // holder gets the same CDI devices again without reprogramming (unless the
-// node rebooted since). A device prepared for another holder is refused,
-// whatever the scheduler decided. When programming outlasts PrepareWait,
+// node rebooted since), and calls for one holder racing each other get one
+// answer. A device another holder holds is refused with ErrDeviceHeld,
+// whatever the scheduler decided; of racing prepares of different holders
+// for one device exactly one wins. When programming outlasts PrepareWait,
 // Prepare returns an error wrapping ErrInProgress and programming goes on;
 // a later call returns its result.
-func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
-	logger := klog.FromContext(ctx)
-	uid := string(h.UID)
-
-	s.mu.Lock()
-	rec := s.cp.Claims[uid]
-	rebooted := rec != nil && rec.BootID != s.bootID
-	if rec != nil && rec.Phase == PhaseCompleted && !rebooted && sameDevices(rec, reqs) {
-		out, err := s.completed(h.UID, rec, devs)
-		s.mu.Unlock()
-		return out, err
+func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, devs *discovery.Result, opts ...PrepareOption) (Outcome, error) {
+	var o prepareOptions
+	for _, f := range opts {
+		f(&o)
 	}
-	for _, r := range reqs {
-		if other, ok := s.holders[r.Device]; ok && other != h.UID {
-			holder := string(other)
-			if o := s.cp.Claims[string(other)]; o != nil {
-				holder = fmt.Sprintf("%s/%s (%s)", o.Namespace, o.Name, other)
-			}
-			s.mu.Unlock()
-			return Outcome{}, fmt.Errorf("%w: device %s is prepared for claim %s; it must be unprepared before %s can use it", ErrDeviceHeld, r.Device, holder, h)
+	if o.supersede == nil {
+		o.supersede = func(types.UID) bool { return false }
+	}
+	op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
+	switch {
+	case err != nil:
+		return Outcome{}, err
+	case completed != nil:
+		return s.completed(h, completed, devs)
+	case plans != nil:
+		go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+	}
+	return s.await(ctx, op)
+}
+
+// decidePrepare is Prepare's critical section: it joins the holder's
+// operation in flight, or answers from a completed record, or checks that
+// every device is free, decides what each needs and reserves them all for
+// the holder in a new operation. plans is nil unless a new operation was
+// created.
+func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Result, o prepareOptions) (*op, *ClaimRecord, []*plan, []types.UID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.releasing[h.UID] {
+		return nil, nil, nil, nil, fmt.Errorf("%w: claim %s is being unprepared; prepare it again once that has finished", ErrReleasing, h)
+	}
+	if op := s.ops[h.UID]; op != nil {
+		return op, nil, nil, nil, nil // join it
+	}
+	rec := s.cp.Claims[string(h.UID)]
+	rebooted := rec != nil && rec.BootID != s.bootID
+	if rec != nil && rec.Phase == PhaseCompleted && !rebooted && !o.rebuild && sameDevices(rec, reqs) {
+		return nil, rec.clone(), nil, nil, nil
+	}
+	var superseded []types.UID
+	may := func(other types.UID) bool {
+		if other == h.UID || !o.supersede(other) || s.ops[other] != nil || s.releasing[other] || s.hasJobs(other) {
+			return false
 		}
+		if !slices.Contains(superseded, other) {
+			superseded = append(superseded, other)
+		}
+		return true
 	}
 	plans := make([]*plan, 0, len(reqs))
-	needJobs := false
 	for _, r := range reqs {
-		p, err := s.plan(h, r, devs, rec, rebooted)
+		card, port, ok := devs.FindPort(r.Device)
+		if !ok {
+			return nil, nil, nil, nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
+		}
+		p, err := decideDevice(r.Config, s.facts(h.UID, r.Device, card, port, rec, may))
 		if err != nil {
-			s.mu.Unlock()
-			return Outcome{}, err
+			return nil, nil, nil, nil, err
 		}
-		plans = append(plans, p)
-		needJobs = needJobs || p.program
+		plans = append(plans, &plan{req: r, card: card, port: port, devicePlan: p})
 	}
-	if needJobs {
-		// Record the hold before programming starts, so a restart knows
-		// which devices are being programmed for whom.
-		s.record(h, PhaseStarted, plans)
-		for _, p := range plans {
-			if p.program && p.job == nil {
-				p.job = s.startJob(ctx, h, p)
-			}
+	jobCtx, cancel := context.WithCancelCause(s.ctx)
+	op := &op{holder: h, cancel: cancel, done: make(chan struct{})}
+	s.ops[h.UID] = op
+	for _, p := range plans {
+		s.holds[p.req.Device] = h.UID
+		if p.Program {
+			p.job = s.newJob(jobCtx, h, p)
+			op.jobs = append(op.jobs, p.job)
 		}
 	}
-	s.mu.Unlock()
-	if needJobs {
-		if err := s.persist(); err != nil {
-			return Outcome{}, fmt.Errorf("record claim %s: %w", h, err)
-		}
-	}
+	s.step(StepReserved, h.UID)
+	return op, nil, plans, superseded, nil
+}
 
-	out := Outcome{}
-	if needJobs {
-		if err := s.wait(ctx, plans); err != nil {
-			return out, err
+func sameDevices(rec *ClaimRecord, reqs []DeviceRequest) bool {
+	return slices.EqualFunc(rec.Devices, reqs, func(d DeviceRecord, r DeviceRequest) bool { return d.Device == r.Device })
+}
+
+// runPrepare runs a new prepare operation: it records the hold on disk
+// before any region is touched, runs the programming jobs, then writes the
+// CDI spec and commits the completed record, releasing superseded holders
+// in the same commit.
+func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded []types.UID, devs *discovery.Result) {
+	h := op.holder
+	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
+	if len(op.jobs) > 0 {
+		err := s.commit(func(cp *Checkpoint) {
+			cp.Claims[string(h.UID)] = s.record(h, PhaseStarted, plans)
+		})
+		if err != nil {
+			s.finish(op, Outcome{}, fmt.Errorf("record claim %s before programming: %w", h, err))
+			return
 		}
+		s.step(StepStarted, h.UID)
+		for _, j := range op.jobs {
+			go s.runJob(j)
+		}
+		var out Outcome
 		var errs []error
-		s.mu.Lock()
-		for _, p := range plans {
-			if p.job == nil {
-				continue
-			}
-			out.Programmed = append(out.Programmed, p.job.result)
-			if s.jobs[p.req.Device] == p.job {
-				delete(s.jobs, p.req.Device)
-			}
-			if p.job.result.Err != nil {
-				errs = append(errs, p.job.result.Err)
+		for _, j := range op.jobs {
+			<-j.done
+			out.Programmed = append(out.Programmed, j.result)
+			if j.result.Err != nil {
+				errs = append(errs, j.result.Err)
 			}
 		}
-		s.mu.Unlock()
 		if len(errs) > 0 {
-			return out, errors.Join(errs...)
+			// The record stays (PhaseStarted): the devices remain the
+			// holder's, and a later prepare programs again.
+			s.finish(op, out, errors.Join(errs...))
+			return
 		}
+		op.out.Programmed = out.Programmed
+	}
+	s.mu.Lock()
+	releasing := s.releasing[h.UID]
+	s.mu.Unlock()
+	if releasing {
+		s.finish(op, op.out, fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, h))
+		return
 	}
 
-	recs := records(plans)
+	recs := s.recordDevices(plans)
 	devices, err := specDevices(recs, devs)
-	if err != nil {
-		return out, fmt.Errorf("claim %s: %w", h, err)
+	var ids []string
+	if err == nil {
+		ids, err = s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
 	}
-	ids := s.cfg.CDI.DeviceIDs(string(h.UID), devices)
-	s.mu.Lock()
+	if err != nil {
+		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, err))
+		return
+	}
+	s.step(StepSpecWritten, h.UID)
 	for i := range recs {
 		recs[i].CDIDeviceID = ids[i]
 	}
-	s.cp.Claims[uid] = &ClaimRecord{UID: uid, Namespace: h.Namespace, Name: h.Name, Phase: PhaseCompleted, BootID: s.bootID, Devices: recs}
-	for _, r := range recs {
-		s.holders[r.Device] = h.UID
+	err = s.commit(func(cp *Checkpoint) {
+		for _, other := range superseded {
+			s.dropRecord(other)
+		}
+		s.dropRecord(h.UID)
+		rec := &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: PhaseCompleted, BootID: s.bootID, Devices: recs}
+		cp.Claims[string(h.UID)] = rec
+		for _, d := range recs {
+			s.holds[d.Device] = h.UID
+		}
+	})
+	for _, other := range superseded {
+		if rerr := s.cfg.CDI.RemoveClaimSpec(string(other)); rerr != nil {
+			logger.Error(rerr, "Removing the CDI spec of a superseded holder failed; the next start removes it", "holder", other)
+		}
 	}
-	s.changed()
-	s.mu.Unlock()
-	// The spec and the checkpoint are independent durable writes: a crash
-	// between them leaves either a completed record whose spec Restore
-	// rewrites, or a spec Restore removes. Write them concurrently.
-	specErr := make(chan error, 1)
-	go func() {
-		_, err := s.cfg.CDI.WriteClaimSpec(uid, devices)
-		specErr <- err
-	}()
-	persistErr := s.persist()
-	if err := <-specErr; err != nil {
-		return out, fmt.Errorf("write CDI spec for claim %s: %w", h, err)
+	if err != nil {
+		s.finish(op, op.out, fmt.Errorf("record claim %s: %w", h, err))
+		return
 	}
-	if persistErr != nil {
-		return out, fmt.Errorf("record claim %s: %w", h, persistErr)
-	}
+	s.step(StepPrepared, h.UID)
+	out := op.out
 	for i, r := range recs {
 		out.Devices = append(out.Devices, PreparedDevice{Device: r.Device, Requests: r.Requests, CDIDeviceIDs: []string{ids[i]}, AFUID: r.AFUID})
 	}
-	logger.V(3).Info("Prepared claim", "claim", klog.KRef(h.Namespace, h.Name), "devices", len(recs))
-	return out, nil
+	logger.V(3).Info("Prepared claim", "devices", len(recs), "superseded", superseded)
+	s.finish(op, out, nil)
 }
 
-// completed returns a completed claim's devices, rewriting its CDI spec
-// when it went missing. Caller holds mu.
-func (s *State) completed(uid types.UID, rec *ClaimRecord, devs *discovery.Result) (Outcome, error) {
-	ok, err := s.cfg.CDI.ClaimSpecExists(string(uid))
+// finish ends an operation with its outcome. On failure, devices the
+// operation reserved that no record holds for the holder are free again.
+func (s *State) finish(op *op, out Outcome, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	op.out, op.err = out, err
+	if err != nil {
+		s.reholdFromRecords(op.holder.UID)
+	}
+	close(op.done)
+	if len(out.Programmed) == 0 && !op.release {
+		op.reported = true
+		delete(s.ops, op.holder.UID)
+	}
+}
+
+// await waits for a prepare operation, at most PrepareWait while it
+// programs, and returns its outcome. The first caller to see a finished
+// operation reports its programming results and retires it.
+func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
+	timer := time.NewTimer(s.cfg.PrepareWait)
+	defer timer.Stop()
+	select {
+	case <-op.done:
+	case <-timer.C:
+		return Outcome{}, s.inProgress(op, "the kubelet retries and a later call returns the result")
+	case <-ctx.Done():
+		return Outcome{}, s.inProgress(op, fmt.Sprintf("the call was cancelled: %v", context.Cause(ctx)))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := op.out
+	if op.reported {
+		out.Programmed = nil
+	}
+	op.reported = true
+	if s.ops[op.holder.UID] == op {
+		delete(s.ops, op.holder.UID)
+	}
+	return out, op.err
+}
+
+// inProgress describes an operation still running.
+func (s *State) inProgress(op *op, what string) error {
+	for _, j := range op.jobs {
+		select {
+		case <-j.done:
+			continue
+		default:
+		}
+		return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); %s", ErrInProgress, j.device, j.afu, time.Since(j.started).Round(time.Second), what)
+	}
+	return fmt.Errorf("%w: claim %s is being prepared; %s", ErrInProgress, op.holder, what)
+}
+
+// completed answers a prepare of a completed holder, rewriting its CDI
+// spec when it went missing.
+func (s *State) completed(h Holder, rec *ClaimRecord, devs *discovery.Result) (Outcome, error) {
+	ok, err := s.cfg.CDI.ClaimSpecExists(string(h.UID))
 	if err != nil || !ok {
-		if _, err := s.writeSpec(uid, rec.Devices, devs); err != nil {
-			return Outcome{}, fmt.Errorf("rewrite CDI spec of claim %s/%s: %w", rec.Namespace, rec.Name, err)
+		if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
+			return Outcome{}, fmt.Errorf("rewrite CDI spec of claim %s: %w", h, err)
 		}
 	}
 	var out Outcome
@@ -160,223 +300,77 @@ func (s *State) completed(uid types.UID, rec *ClaimRecord, devs *discovery.Resul
 	return out, nil
 }
 
-func sameDevices(rec *ClaimRecord, reqs []DeviceRequest) bool {
-	if len(rec.Devices) != len(reqs) {
-		return false
-	}
-	for i := range reqs {
-		if rec.Devices[i].Device != reqs[i].Device {
-			return false
-		}
-	}
-	return true
+// record is a holder's record for its plans in the given phase.
+func (s *State) record(h Holder, phase ClaimPhase, plans []*plan) *ClaimRecord {
+	return &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: phase, BootID: s.bootID, Devices: s.recordDevices(plans)}
 }
 
-// plan decides what a device needs. Caller holds mu.
-func (s *State) plan(h Holder, r DeviceRequest, devs *discovery.Result, rec *ClaimRecord, rebooted bool) (*plan, error) {
-	card, port, ok := devs.FindPort(r.Device)
-	if !ok {
-		return nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
-	}
-	p := &plan{req: r, card: card, port: port, afu: port.AFUID}
-	// A job this holder started earlier decides, whatever sysfs says now.
-	if j := s.jobs[r.Device]; j != nil && j.holder == h.UID {
-		p.program, p.afu, p.job = true, j.afu, j
-		return p, nil
-	}
-	cfg := r.Config
-	if cfg == nil {
-		return p, nil
-	}
-	if cfg.InterfaceID != "" && cfg.InterfaceID != card.InterfaceID {
-		return nil, fmt.Errorf("%w: device %s has interface ID %s but the claim's config asks for %s: select a device with that interface ID or drop interfaceID from the config", program.ErrInterfaceMismatch, r.Device, card.InterfaceID, cfg.InterfaceID)
-	}
-	p.afu = cfg.AFUID
-	switch cfg.Programming {
-	case v1alpha1.ProgrammingNever:
-		if port.AFUID != cfg.AFUID {
-			return nil, fmt.Errorf("%w: device %s carries AFU %s, not %s, and the config says programming: Never: select devices by afuID, or allow programming", ErrAFUNotLoaded, r.Device, orNone(port.AFUID), cfg.AFUID)
-		}
-	case v1alpha1.ProgrammingAlways:
-		p.program = true
-	default: // IfNeeded
-		// With a pinned digest, "already loaded" means that very file was
-		// loaded here; a region loaded from elsewhere is programmed (and
-		// the pin checked).
-		p.program = port.AFUID != cfg.AFUID || (cfg.SHA256 != "" && s.loadedSHA[r.Device] != cfg.SHA256)
-		// After a reboot the region lost what this claim loaded, whatever
-		// an earlier record says.
-		if rebooted && wasProgrammed(rec, r.Device) {
-			p.program = true
-		}
-	}
-	if p.program && !s.cfg.Programmable {
-		return nil, fmt.Errorf("%w: device %s carries AFU %s and the claim needs %s, but this node runs with --programmable=false", ErrNotProgrammable, r.Device, orNone(port.AFUID), cfg.AFUID)
-	}
-	if p.program && s.cfg.Programmer == nil {
-		return nil, fmt.Errorf("%w: device %s needs AFU %s but no programmer is configured on this node", ErrNotProgrammable, r.Device, cfg.AFUID)
-	}
-	return p, nil
-}
-
-func wasProgrammed(rec *ClaimRecord, device string) bool {
-	if rec == nil {
-		return false
-	}
-	for _, d := range rec.Devices {
-		if d.Device == device {
-			return d.Programmed
-		}
-	}
-	return false
-}
-
-func orNone(afu string) string {
-	if afu == "" {
-		return "(none readable)"
-	}
-	return afu
-}
-
-// records are the checkpoint's account of what the plans decided.
-func records(plans []*plan) []DeviceRecord {
+// recordDevices is the checkpoint's account of what the plans decided.
+func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 	recs := make([]DeviceRecord, len(plans))
 	for i, p := range plans {
-		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.afu, Programmed: p.program}
+		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program}
 	}
 	return recs
 }
 
-// record writes a claim's hold in the given phase. Caller holds mu.
-func (s *State) record(h Holder, phase ClaimPhase, plans []*plan) {
-	recs := records(plans)
-	for _, r := range recs {
-		s.holders[r.Device] = h.UID
-	}
-	s.cp.Claims[string(h.UID)] = &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: phase, BootID: s.bootID, Devices: recs}
-	s.changed()
-}
-
-// startJob starts programming a port in the background. Caller holds mu.
-func (s *State) startJob(ctx context.Context, h Holder, p *plan) *job {
-	j := &job{holder: h.UID, afu: p.afu, started: time.Now(), done: make(chan struct{})}
-	s.jobs[p.req.Device] = j
-	portLock := s.ports[p.req.Device]
-	if portLock == nil {
-		portLock = &sync.Mutex{}
-		s.ports[p.req.Device] = portLock
-	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KRef(h.Namespace, h.Name), "device", p.req.Device, "afuID", p.afu)
-	jobCtx := klog.NewContext(s.ctx, logger)
-	cfg := p.req.Config
-	go func() {
-		defer close(j.done)
-		// One region is never programmed twice at once, even when an
-		// unprepared holder's job is still running.
-		portLock.Lock()
-		defer portLock.Unlock()
-		j.result = s.program(jobCtx, cfg, p.card, p.port)
-		j.result.Device = p.req.Device
-		if j.result.Err != nil {
-			logger.Error(j.result.Err, "Programming failed")
-		} else {
-			logger.Info("Programmed region", "bitstream", j.result.Bitstream, "duration", j.result.Duration)
+// reholdFromRecords gives every device reserved for uid that uid's record
+// does not hold back to the record that holds it, or frees it: what an
+// operation that failed before its commit reserved is undone. Caller holds
+// mu.
+func (s *State) reholdFromRecords(uid types.UID) {
+	owner := map[string]types.UID{}
+	for other, rec := range s.cp.Claims {
+		for _, d := range rec.Devices {
+			owner[d.Device] = types.UID(other)
 		}
-		if s.cfg.OnProgrammed != nil {
-			s.cfg.OnProgrammed(j.result)
-		}
-	}()
-	return j
-}
-
-// program finds the bitstream in the repository and loads it.
-func (s *State) program(ctx context.Context, cfg *v1alpha1.FpgaConfig, card *discovery.Card, port *discovery.Port) Programming {
-	start := time.Now()
-	res := Programming{AFUID: cfg.AFUID}
-	fail := func(err error) Programming {
-		res.Err = err
-		res.Duration = time.Since(start)
-		return res
 	}
-	if s.cfg.Repository == nil {
-		return fail(fmt.Errorf("%w: no bitstream repository is configured on this node", program.ErrNotFound))
-	}
-	var bs *program.Bitstream
-	var err error
-	if cfg.Bitstream != "" {
-		bs, err = s.cfg.Repository.FindByName(cfg.Bitstream, card.InterfaceID)
-		if err == nil && bs.AFUID != cfg.AFUID {
-			err = fmt.Errorf("%w: bitstream %s carries AFU %s, not the config's afuID %s", program.ErrInvalidBitstream, cfg.Bitstream, bs.AFUID, cfg.AFUID)
-		}
-	} else {
-		bs, err = s.cfg.Repository.Find(card.InterfaceID, cfg.AFUID)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	res.Bitstream = bs.Path
-	opts := s.cfg.Load
-	opts.SHA256 = cfg.SHA256
-	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
-	s.mu.Lock()
-	if err == nil {
-		s.loadedSHA[port.DeviceName()] = loaded.SHA256
-	} else {
-		delete(s.loadedSHA, port.DeviceName())
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return fail(fmt.Errorf("program %s with AFU %s from %s: %w", port.DeviceName(), cfg.AFUID, bs.Path, err))
-	}
-	res.SHA256 = loaded.SHA256
-	res.Duration = time.Since(start)
-	return res
-}
-
-// wait waits for the plans' jobs, at most PrepareWait.
-func (s *State) wait(ctx context.Context, plans []*plan) error {
-	timer := time.NewTimer(s.cfg.PrepareWait)
-	defer timer.Stop()
-	for _, p := range plans {
-		if p.job == nil {
+	for device, h := range s.holds {
+		if h != uid {
 			continue
 		}
-		select {
-		case <-p.job.done:
-		case <-timer.C:
-			return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); the kubelet retries and a later call returns the result", ErrInProgress, p.req.Device, p.job.afu, time.Since(p.job.started).Round(time.Second))
-		case <-ctx.Done():
-			return fmt.Errorf("%w: device %s is being programmed with AFU %s; the call was cancelled: %v", ErrInProgress, p.req.Device, p.job.afu, ctx.Err())
+		if o, ok := owner[device]; ok {
+			s.holds[device] = o
+		} else {
+			delete(s.holds, device)
 		}
 	}
-	return nil
 }
 
-// Unprepare releases a holder's devices and removes its CDI spec. An
-// unknown holder is not an error. A programming job still running for the
-// holder finishes in the background; the port stays locked until it does.
-func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
-	if err := s.cfg.CDI.RemoveClaimSpec(string(uid)); err != nil {
-		return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
+// dropRecord removes a holder's record and frees the devices it held.
+// Caller holds mu, within an update.
+func (s *State) dropRecord(uid types.UID) {
+	rec := s.cp.Claims[string(uid)]
+	if rec == nil {
+		return
 	}
-	s.mu.Lock()
-	rec, ok := s.cp.Claims[string(uid)]
-	if ok {
-		for _, d := range rec.Devices {
-			if s.holders[d.Device] == uid {
-				delete(s.holders, d.Device)
-			}
-			if j := s.jobs[d.Device]; j != nil && j.holder == uid {
-				delete(s.jobs, d.Device)
-			}
+	for _, d := range rec.Devices {
+		if s.holds[d.Device] == uid {
+			delete(s.holds, d.Device)
 		}
-		delete(s.cp.Claims, string(uid))
-		s.changed()
 	}
-	s.mu.Unlock()
-	if !ok {
-		return nil
+	delete(s.cp.Claims, string(uid))
+}
+
+// specDevices resolves a holder's device records to CDI devices.
+func specDevices(recs []DeviceRecord, devs *discovery.Result) ([]cdi.Device, error) {
+	devices := make([]cdi.Device, 0, len(recs))
+	for _, r := range recs {
+		card, port, ok := devs.FindPort(r.Device)
+		if !ok {
+			return nil, fmt.Errorf("device %s is not on this node any more", r.Device)
+		}
+		devices = append(devices, cdi.NewDevice(card, port, r.AFUID))
 	}
-	klog.FromContext(ctx).V(3).Info("Unprepared claim", "claim", klog.KRef(rec.Namespace, rec.Name))
-	return s.persist()
+	return devices, nil
+}
+
+// writeSpec writes the CDI spec for a holder's devices and returns the CDI
+// device IDs in device order.
+func (s *State) writeSpec(h Holder, recs []DeviceRecord, devs *discovery.Result) ([]string, error) {
+	devices, err := specDevices(recs, devs)
+	if err != nil {
+		return nil, err
+	}
+	return s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
 }

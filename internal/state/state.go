@@ -1,29 +1,44 @@
-// Package state is the node's single record of which claim holds which FPGA
-// port. Preparing a claim here checks that no other claim holds its
-// devices, programs the requested accelerator functions (asynchronously, one
-// job per port, so a slow region never blocks the kubelet past its
-// deadline), writes the claim's CDI spec and records everything in a
-// checkpoint that survives restarts and notices reboots. The DRA plugin and
-// the legacy device-plugin endpoint share one State.
+// Package state is the node's single record of which holder (a
+// ResourceClaim, or a legacy device-plugin allocation) holds which FPGA
+// device. The DRA plugin, the legacy device-plugin endpoint, the
+// programming hook and the admin CLI all go through one State, so a device
+// held for one of them is refused to the others.
+//
+// Every change follows the same three steps:
+//
+//   - decide (decide.go): under one lock, check that the devices are free,
+//     choose what each needs (the pure policy in decideDevice) and reserve
+//     them for the holder in the same critical section;
+//   - run (prepare.go, job.go): program regions, one job per device, with
+//     no lock held;
+//   - commit (commit.go): the only place the checkpoint changes; concurrent
+//     commits share one flush (group commit).
+//
+// A prepare answers only after its commit is on disk; an unprepare frees a
+// device only after every programming job for its holder has ended.
 package state
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// Defaults for Config.
+const (
+	DefaultPrepareWait = 20 * time.Second
+	DefaultReleaseWait = 20 * time.Second
 )
 
 // Config wires a State.
@@ -38,14 +53,52 @@ type Config struct {
 	// Programmable is false when the node forbids reprogramming.
 	Programmable bool
 	// PrepareWait bounds how long one Prepare waits for programming before
-	// it reports "in progress" (the kubelet gives a call 45 s); 20 s when
-	// zero.
+	// it reports ErrInProgress (the kubelet gives a call 45 s);
+	// DefaultPrepareWait when zero.
 	PrepareWait time.Duration
+	// ReleaseWait bounds how long one Unprepare waits for a programming
+	// job of the holder to end before it reports ErrReleasing;
+	// DefaultReleaseWait when zero.
+	ReleaseWait time.Duration
 	Load        program.LoadOptions
 	// OnProgrammed runs after every programming job (successful or not),
 	// so the new AFU ID is re-read and republished and the outcome counted.
 	OnProgrammed func(Programming)
+	// OnStep, when set, runs at each step that changes what the node holds
+	// or what a region carries (see Step), with the holder concerned. It
+	// is for tracing and fault injection: tests kill the process there.
+	OnStep func(step Step, holder types.UID)
+	// SkipSync writes the checkpoint without flushing it to the disk. A
+	// crash may then lose prepared claims: only for benchmarks that
+	// measure what the flush costs and for throwaway simulated nodes.
+	SkipSync bool
 }
+
+// Step names a point in a prepare, a programming or an unprepare where
+// Config.OnStep runs.
+type Step string
+
+const (
+	// StepReserved: the devices are reserved for the holder in memory.
+	StepReserved Step = "reserved"
+	// StepStarted: the holder's record (PhaseStarted) is on disk and
+	// programming may begin.
+	StepStarted Step = "started"
+	// StepProgramming: a region is about to be programmed.
+	StepProgramming Step = "programming"
+	// StepProgrammed: the programmer returned (successfully or not).
+	StepProgrammed Step = "programmed"
+	// StepSpecWritten: the holder's CDI spec is written, its record not
+	// yet committed.
+	StepSpecWritten Step = "spec-written"
+	// StepPrepared: the completed record is on disk; the answer follows.
+	StepPrepared Step = "prepared"
+	// StepSpecRemoved: an unprepare removed the CDI spec; the record is
+	// not yet deleted.
+	StepSpecRemoved Step = "spec-removed"
+	// StepReleased: the record's removal is on disk; the devices are free.
+	StepReleased Step = "released"
+)
 
 // Holder identifies who prepares devices: a ResourceClaim, or for the
 // legacy endpoint a synthetic holder.
@@ -90,62 +143,77 @@ type Programming struct {
 // Outcome is the result of one Prepare.
 type Outcome struct {
 	Devices []PreparedDevice
-	// Programmed lists the programming jobs whose results this call
-	// consumed (finished successfully or not).
+	// Programmed lists the programming jobs whose results this call is
+	// the first to report (finished successfully or not).
 	Programmed []Programming
 }
 
 var (
 	// ErrInProgress: programming is still running; call Prepare again.
 	ErrInProgress = errors.New("programming in progress")
-	// ErrDeviceHeld: a device is prepared for another holder.
+	// ErrDeviceHeld: a device is held by another holder.
 	ErrDeviceHeld = errors.New("device already prepared for another claim")
+	// ErrReleasing: the holder is being unprepared and a programming job
+	// for it is still running; the devices are freed when it ends. Call
+	// Unprepare again.
+	ErrReleasing = errors.New("still releasing")
 	// ErrNotProgrammable: the claim needs programming the node forbids.
 	ErrNotProgrammable = errors.New("programming forbidden on this node")
 	// ErrAFUNotLoaded: programming: Never, and the AFU is not there.
 	ErrAFUNotLoaded = errors.New("accelerator function not loaded")
+	// ErrNotHeld: a device is not prepared for the holder that asked.
+	ErrNotHeld = errors.New("device not prepared for this holder")
 )
 
-// job is one programming of one port for one holder.
-type job struct {
-	holder  types.UID
-	afu     string
-	started time.Time
-	done    chan struct{}
-	result  Programming
-}
-
-// State is safe for concurrent use. Prepares of distinct claims run in
-// parallel; programming of one port is serialized.
+// State is safe for concurrent use. Operations of distinct holders run in
+// parallel; the operations of one holder are one at a time (a second
+// prepare of the same claim joins the first and gets its answer);
+// programming of one region is serialised.
 type State struct {
 	cfg    Config
-	ctx    context.Context // outlives requests: programming jobs run in it
+	ctx    context.Context // outlives requests: operations and jobs run in it
 	bootID string
 
-	mu      sync.Mutex
-	cp      *Checkpoint
-	cpFile  *CheckpointFile
-	holders map[string]types.UID // device -> claim
-	jobs    map[string]*job      // device -> latest job
-	ports   map[string]*sync.Mutex
+	mu sync.Mutex
+	cp *Checkpoint
+	// holds says who holds each device: reserved by an operation in
+	// flight, prepared (a record in cp) or being released. Every device of
+	// a record in cp is held by that record's holder.
+	holds map[string]types.UID
+	// ops is the operation in flight for a holder, or one that finished
+	// and whose outcome no caller has read yet.
+	ops map[types.UID]*op
+	// releasing marks holders an Unprepare is releasing.
+	releasing map[types.UID]bool
+	// jobs is the programming job in flight for a device.
+	jobs  map[string]*job
+	ports map[string]*sync.Mutex
 	// loadedSHA is the digest of the file this process last loaded into
 	// each device's region; a claim that pins a digest is programmed
 	// unless it matches.
 	loadedSHA map[string]string
+	// gen counts changes of cp; see commit.go.
+	gen uint64
 
-	// Group commit of the checkpoint: gen counts changes, savedGen the
-	// change a completed save covered.
-	saveMu        sync.Mutex
-	gen, savedGen uint64
+	// journal group-commits the checkpoint.
+	journal journal
+	// damaged is why the checkpoint was found damaged at start ("" when it
+	// was not): Restore then takes CDI specs as evidence of holds and
+	// deletes none.
+	damaged string
 }
 
 // New loads the checkpoint and returns a State. It does not touch CDI
-// specs or devices: call Restore once devices are known. A corrupt
-// checkpoint is reported through the returned warning (it was moved aside
-// and what could be recovered is used); other errors are fatal.
+// specs or devices: call Restore once devices are known. A damaged
+// checkpoint is no error: New returns it as warning (wrapping
+// ErrCorruptCheckpoint) and Restore recovers what the node still shows.
+// A checkpoint written by a newer driver fails with ErrNewerCheckpoint.
 func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 	if cfg.PrepareWait <= 0 {
-		cfg.PrepareWait = 20 * time.Second
+		cfg.PrepareWait = DefaultPrepareWait
+	}
+	if cfg.ReleaseWait <= 0 {
+		cfg.ReleaseWait = DefaultReleaseWait
 	}
 	if cfg.CDI == nil {
 		return nil, nil, errors.New("state: a CDI writer is required")
@@ -159,21 +227,26 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		return nil, nil, err
 	}
 	warning = err
+	cpFile.skipSync = cfg.SkipSync
 	s = &State{
-		cfg:     cfg,
-		ctx:     ctx,
-		bootID:  bootID,
-		cp:      cp,
-		cpFile:  cpFile,
-		holders: map[string]types.UID{},
-		jobs:    map[string]*job{},
-		ports:   map[string]*sync.Mutex{},
-
+		cfg:       cfg,
+		ctx:       ctx,
+		bootID:    bootID,
+		cp:        cp,
+		holds:     map[string]types.UID{},
+		ops:       map[types.UID]*op{},
+		releasing: map[types.UID]bool{},
+		jobs:      map[string]*job{},
+		ports:     map[string]*sync.Mutex{},
 		loadedSHA: map[string]string{},
+		journal:   journal{file: cpFile},
+	}
+	if warning != nil {
+		s.damaged = warning.Error()
 	}
 	for uid, c := range cp.Claims {
 		for _, d := range c.Devices {
-			s.holders[d.Device] = types.UID(uid)
+			s.holds[d.Device] = types.UID(uid)
 		}
 	}
 	return s, warning, nil
@@ -193,77 +266,15 @@ func readBootID(path string) (string, error) {
 // BootID is the boot ID read at start.
 func (s *State) BootID() string { return s.bootID }
 
-// Restore makes the node match the checkpoint after a (re)start: the CDI
-// spec of every completed claim is rewritten (the CDI directory is often a
-// tmpfs that a reboot emptied), and specs of claims the checkpoint does not
-// know are removed. Claims whose devices are gone are kept (the kubelet
-// will unprepare them) and reported.
-func (s *State) Restore(ctx context.Context, devs *discovery.Result) error {
-	logger := klog.FromContext(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var errs []error
-	for uid, rec := range s.cp.Claims {
-		if rec.BootID != s.bootID {
-			logger.Info("Node rebooted since claim was prepared: programmed regions will be reprogrammed at the next prepare", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", uid)
-		}
-		if rec.Phase != PhaseCompleted {
-			continue
-		}
-		if _, err := s.writeSpec(types.UID(uid), rec.Devices, devs); err != nil {
-			errs = append(errs, fmt.Errorf("restore CDI spec of claim %s/%s: %w", rec.Namespace, rec.Name, err))
-		}
-	}
-	specs, err := s.cfg.CDI.ListClaimSpecs()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, uid := range specs {
-		if _, ok := s.cp.Claims[uid]; !ok {
-			logger.Info("Removing CDI spec of a claim the checkpoint does not hold", "uid", uid)
-			if err := s.cfg.CDI.RemoveClaimSpec(uid); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// specDevices resolves a claim's device records to CDI devices.
-func specDevices(recs []DeviceRecord, devs *discovery.Result) ([]cdi.Device, error) {
-	devices := make([]cdi.Device, 0, len(recs))
-	for _, r := range recs {
-		card, port, ok := devs.FindPort(r.Device)
-		if !ok {
-			return nil, fmt.Errorf("device %s is not on this node any more", r.Device)
-		}
-		devices = append(devices, cdi.NewDevice(card, port, r.AFUID))
-	}
-	return devices, nil
-}
-
-// writeSpec writes the CDI spec for a claim's devices and returns the CDI
-// device IDs in device order.
-func (s *State) writeSpec(uid types.UID, recs []DeviceRecord, devs *discovery.Result) ([]string, error) {
-	devices, err := specDevices(recs, devs)
-	if err != nil {
-		return nil, err
-	}
-	return s.cfg.CDI.WriteClaimSpec(string(uid), devices)
-}
-
-// Holders returns which holder holds each prepared device.
+// Holders returns which holder holds each device, reservations of
+// operations in flight included.
 func (s *State) Holders() map[string]types.UID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]types.UID, len(s.holders))
-	for d, h := range s.holders {
-		out[d] = h
-	}
-	return out
+	return maps.Clone(s.holds)
 }
 
-// Claim returns a copy of a claim's record.
+// Claim returns a copy of a holder's record.
 func (s *State) Claim(uid types.UID) (ClaimRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -271,36 +282,39 @@ func (s *State) Claim(uid types.UID) (ClaimRecord, bool) {
 	if !ok {
 		return ClaimRecord{}, false
 	}
-	c := *rec
-	c.Devices = slices.Clone(rec.Devices)
-	return c, true
+	return *rec.clone(), true
 }
 
-// persist saves the checkpoint if it changed since the last save, sharing
-// one write among concurrent callers (group commit). Callers must not hold
-// mu.
-func (s *State) persist() error {
-	s.mu.Lock()
-	want := s.gen
-	s.mu.Unlock()
-	s.saveMu.Lock()
-	defer s.saveMu.Unlock()
-	if s.savedGen >= want {
-		return nil
+// CheckpointSyncs returns how many times the checkpoint was flushed to
+// the disk since New.
+func (s *State) CheckpointSyncs() uint64 { return s.journal.syncs.Load() }
+
+// step runs Config.OnStep.
+func (s *State) step(step Step, holder types.UID) {
+	if s.cfg.OnStep != nil {
+		s.cfg.OnStep(step, holder)
 	}
-	s.mu.Lock()
-	snapshot, err := copyCheckpoint(s.cp)
-	gen := s.gen
-	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if err := s.cpFile.Save(snapshot); err != nil {
-		return err
-	}
-	s.savedGen = gen
-	return nil
 }
 
-// changed notes a checkpoint change. Caller holds mu.
-func (s *State) changed() { s.gen++ }
+// holderName names a holder for messages: "namespace/name (uid)" when its
+// record is known. Caller holds mu.
+func (s *State) holderName(uid types.UID) string {
+	if rec := s.cp.Claims[string(uid)]; rec != nil && rec.Name != "" {
+		return fmt.Sprintf("%s/%s (%s)", rec.Namespace, rec.Name, uid)
+	}
+	if op := s.ops[uid]; op != nil {
+		return op.holder.String()
+	}
+	return string(uid)
+}
+
+// portLock returns the lock that serialises programming of a device.
+// Caller holds mu.
+func (s *State) portLock(device string) *sync.Mutex {
+	l := s.ports[device]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.ports[device] = l
+	}
+	return l
+}

@@ -14,11 +14,16 @@ import (
 // Options tune Write. The zero value writes with mode 0600.
 type Options struct {
 	Perm os.FileMode
-	// Check runs on the synced temporary file before it replaces the
+	// Check runs on the complete temporary file before it replaces the
 	// target; an error keeps the old file.
 	Check func(tmpPath string) error
 	// Rename replaces os.Rename; tests use it to make a write fail late.
 	Rename func(oldpath, newpath string) error
+	// NoSync replaces the file atomically without flushing it or the
+	// directory: after a crash the file may hold the old content, the new
+	// one or be missing, never a mix. For files rebuilt from elsewhere
+	// after a restart.
+	NoSync bool
 }
 
 // Write replaces path with data. The temporary file is named
@@ -50,8 +55,10 @@ func Write(path string, data []byte, o Options) (err error) {
 	if err := tmp.Chmod(o.Perm); err != nil {
 		return fmt.Errorf("chmod %s: %w", tmpPath, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmpPath, err)
+	if !o.NoSync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", tmpPath, err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmpPath, err)
@@ -63,6 +70,9 @@ func Write(path string, data []byte, o Options) (err error) {
 	}
 	if err := o.Rename(tmpPath, path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", tmpPath, path, err)
+	}
+	if o.NoSync {
+		return nil
 	}
 	if err := SyncDir(dir); err != nil {
 		return fmt.Errorf("%s is in place but not durable: %w", path, err)

@@ -56,6 +56,12 @@ func NewWriter(vendor, class, dir string) (*Writer, error) {
 // It fails, leaving any earlier spec in place, when claimUID is not a UID,
 // devices is empty, names a device twice, or holds a device NewDevice
 // rejected.
+//
+// The spec is written atomically but not flushed to the disk: after a
+// crash the driver rebuilds specs from its checkpoint. What it holds (the
+// claim's UID in its file and device names, each device's name and AFU
+// ID) is evidence of the hold should the checkpoint be lost
+// (ReadClaimSpecs).
 func (w *Writer) WriteClaimSpec(claimUID string, devices []Device) ([]string, error) {
 	if err := validateClaimUID(claimUID); err != nil {
 		return nil, err
@@ -144,6 +150,9 @@ func (w *Writer) ListClaimSpecs() ([]string, error) {
 	}
 	return uids, nil
 }
+
+// SpecPath is the path of a claim's spec file.
+func (w *Writer) SpecPath(claimUID string) string { return w.specPath(claimUID) }
 
 // specPath is the path of a claim's spec file.
 func (w *Writer) specPath(claimUID string) string {

@@ -1,0 +1,140 @@
+package state
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// deviceFacts is what the decision for one device of a holder depends on.
+type deviceFacts struct {
+	// Device is the device's name, for messages.
+	Device string
+	// HeldBy names another holder of the device ("" when free or held by
+	// the deciding holder); Releasing says that holder is being released.
+	HeldBy    string
+	Releasing bool
+	// InterfaceID is the region's interface ID, LoadedAFU the AFU sysfs
+	// shows behind it, LoadedSHA the digest of the file this driver last
+	// loaded there ("" when unknown).
+	InterfaceID string
+	LoadedAFU   string
+	LoadedSHA   string
+	// Rebooted: the node rebooted since the holder's record was written;
+	// ProgrammedBefore: that record says this driver programmed the
+	// region for the holder (so the reboot erased it).
+	Rebooted         bool
+	ProgrammedBefore bool
+	// Programmable: the node allows programming; HaveProgrammer: a
+	// programmer is configured.
+	Programmable   bool
+	HaveProgrammer bool
+}
+
+// devicePlan is what decideDevice chose for one device.
+type devicePlan struct {
+	// Program says a job must program the region.
+	Program bool
+	// AFU is the accelerator function the device carries once prepared.
+	AFU string
+}
+
+// decideDevice is the decision policy for one device of a holder: whether
+// it is free, and whether its region must be programmed. It is
+// deterministic and has no side effects.
+//
+//   - a device another holder holds is refused (ErrDeviceHeld), also while
+//     that holder is being released;
+//   - no config: the device is handed over as it is;
+//   - a config whose interfaceID is not the region's is refused
+//     (program.ErrInterfaceMismatch);
+//   - programming: Never needs the AFU loaded (ErrAFUNotLoaded);
+//   - programming: Always programs;
+//   - programming: IfNeeded programs when another AFU is loaded, when the
+//     config pins a digest this driver did not load there, and after a
+//     reboot erased what this driver loaded for the holder;
+//   - programming on a node that forbids it, or without a programmer, is
+//     refused (ErrNotProgrammable).
+func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
+	if f.HeldBy != "" {
+		state := "prepared"
+		if f.Releasing {
+			state = "being released (a programming job for it is still running)"
+		}
+		return devicePlan{}, fmt.Errorf("%w: device %s is %s for %s; it must be unprepared before another holder can use it", ErrDeviceHeld, f.Device, state, f.HeldBy)
+	}
+	p := devicePlan{AFU: f.LoadedAFU}
+	if cfg == nil {
+		return p, nil
+	}
+	if cfg.InterfaceID != "" && cfg.InterfaceID != f.InterfaceID {
+		return devicePlan{}, fmt.Errorf("%w: device %s has interface ID %s but the claim's config asks for %s: select a device with that interface ID or drop interfaceID from the config", program.ErrInterfaceMismatch, f.Device, f.InterfaceID, cfg.InterfaceID)
+	}
+	p.AFU = cfg.AFUID
+	switch cfg.Programming {
+	case v1alpha1.ProgrammingNever:
+		if f.LoadedAFU != cfg.AFUID {
+			return devicePlan{}, fmt.Errorf("%w: device %s carries AFU %s, not %s, and the config says programming: Never: select devices by afuID, or allow programming", ErrAFUNotLoaded, f.Device, orNone(f.LoadedAFU), cfg.AFUID)
+		}
+	case v1alpha1.ProgrammingAlways:
+		p.Program = true
+	default: // IfNeeded
+		// With a pinned digest, "already loaded" means that very file was
+		// loaded here; a region loaded from elsewhere is programmed (and
+		// the pin checked). After a reboot the region lost what this
+		// driver loaded for the holder, whatever the record says.
+		p.Program = f.LoadedAFU != cfg.AFUID ||
+			(cfg.SHA256 != "" && f.LoadedSHA != cfg.SHA256) ||
+			(f.Rebooted && f.ProgrammedBefore)
+	}
+	if p.Program && !f.Programmable {
+		return devicePlan{}, fmt.Errorf("%w: device %s carries AFU %s and the claim needs %s, but this node runs with --programmable=false", ErrNotProgrammable, f.Device, orNone(f.LoadedAFU), cfg.AFUID)
+	}
+	if p.Program && !f.HaveProgrammer {
+		return devicePlan{}, fmt.Errorf("%w: device %s needs AFU %s but no programmer is configured on this node", ErrNotProgrammable, f.Device, cfg.AFUID)
+	}
+	return p, nil
+}
+
+func orNone(afu string) string {
+	if afu == "" {
+		return "(none readable)"
+	}
+	return afu
+}
+
+// plan is what a prepare decided for one device, with what it runs on.
+type plan struct {
+	req  DeviceRequest
+	card *discovery.Card
+	port *discovery.Port
+	devicePlan
+	job *job
+}
+
+// facts gathers the decision's input for one device of holder h. Caller
+// holds mu.
+func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
+	f := deviceFacts{
+		Device:         device,
+		InterfaceID:    card.InterfaceID,
+		LoadedAFU:      port.AFUID,
+		LoadedSHA:      s.loadedSHA[device],
+		Rebooted:       rec != nil && rec.BootID != s.bootID,
+		Programmable:   s.cfg.Programmable,
+		HaveProgrammer: s.cfg.Programmer != nil,
+	}
+	if rec != nil {
+		i := slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
+		f.ProgrammedBefore = i >= 0 && rec.Devices[i].Programmed
+	}
+	if other, held := s.holds[device]; held && other != h && !superseded(other) {
+		f.HeldBy, f.Releasing = s.holderName(other), s.releasing[other]
+	}
+	return f
+}

@@ -1,0 +1,146 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// errReleased is the outcome of a job whose holder was released before
+// the region was touched.
+var errReleased = errors.New("the claim was unprepared before programming started; the region was not programmed")
+
+// job is one programming of one region for one holder.
+type job struct {
+	holder  types.UID
+	device  string
+	afu     string
+	cfg     *v1alpha1.FpgaConfig
+	card    *discovery.Card
+	port    *discovery.Port
+	started time.Time
+	// ctx is cancelled (cancel) when the holder is released; backends
+	// that can stop then do.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	logger klog.Logger
+	// done is closed once result is set.
+	done   chan struct{}
+	result Programming
+}
+
+// newJob registers a job programming p's region for h, cancelled with
+// ctx. Its caller starts it (runJob) once the hold is durable. Caller
+// holds mu.
+func (s *State) newJob(ctx context.Context, h Holder, p *plan) *job {
+	ctx, cancel := context.WithCancelCause(ctx)
+	j := &job{cancel: cancel,
+		holder: h.UID, device: p.req.Device, afu: p.AFU, cfg: p.req.Config,
+		card: p.card, port: p.port, started: time.Now(), ctx: ctx, done: make(chan struct{}),
+		logger: klog.LoggerWithValues(klog.FromContext(s.ctx), "claim", klog.KRef(h.Namespace, h.Name), "device", p.req.Device, "afuID", p.AFU),
+	}
+	s.jobs[j.device] = j
+	return j
+}
+
+// hasJobs reports whether a programming job for uid is in flight. Caller
+// holds mu.
+func (s *State) hasJobs(uid types.UID) bool {
+	for _, j := range s.jobs {
+		if j.holder == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// runJob programs a job's region, serialised with every other programming
+// of it, and only while the job's holder still holds the device and is not
+// being released.
+func (s *State) runJob(j *job) {
+	s.mu.Lock()
+	lock := s.portLock(j.device)
+	s.mu.Unlock()
+	lock.Lock()
+	defer lock.Unlock()
+	defer close(j.done)
+	defer j.cancel(nil)
+	defer func() {
+		s.mu.Lock()
+		if s.jobs[j.device] == j {
+			delete(s.jobs, j.device)
+		}
+		s.mu.Unlock()
+	}()
+	s.mu.Lock()
+	ok := s.holds[j.device] == j.holder && !s.releasing[j.holder] && j.ctx.Err() == nil
+	s.mu.Unlock()
+	if !ok {
+		j.result = Programming{Device: j.device, AFUID: j.afu, Err: fmt.Errorf("device %s: %w", j.device, errReleased)}
+		return
+	}
+	s.step(StepProgramming, j.holder)
+	j.result = s.program(klog.NewContext(j.ctx, j.logger), j.cfg, j.card, j.port)
+	j.result.Device = j.device
+	s.step(StepProgrammed, j.holder)
+	if j.result.Err != nil {
+		j.logger.Error(j.result.Err, "Programming failed")
+	} else {
+		j.logger.Info("Programmed region", "bitstream", j.result.Bitstream, "duration", j.result.Duration)
+	}
+	if s.cfg.OnProgrammed != nil {
+		s.cfg.OnProgrammed(j.result)
+	}
+}
+
+// program finds the bitstream in the repository and loads it.
+func (s *State) program(ctx context.Context, cfg *v1alpha1.FpgaConfig, card *discovery.Card, port *discovery.Port) Programming {
+	start := time.Now()
+	res := Programming{AFUID: cfg.AFUID}
+	fail := func(err error) Programming {
+		res.Err = err
+		res.Duration = time.Since(start)
+		return res
+	}
+	if s.cfg.Repository == nil {
+		return fail(fmt.Errorf("%w: no bitstream repository is configured on this node", program.ErrNotFound))
+	}
+	var bs *program.Bitstream
+	var err error
+	if cfg.Bitstream != "" {
+		bs, err = s.cfg.Repository.FindByName(cfg.Bitstream, card.InterfaceID)
+		if err == nil && bs.AFUID != cfg.AFUID {
+			err = fmt.Errorf("%w: bitstream %s carries AFU %s, not the config's afuID %s", program.ErrInvalidBitstream, cfg.Bitstream, bs.AFUID, cfg.AFUID)
+		}
+	} else {
+		bs, err = s.cfg.Repository.Find(card.InterfaceID, cfg.AFUID)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	res.Bitstream = bs.Path
+	opts := s.cfg.Load
+	opts.SHA256 = cfg.SHA256
+	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
+	s.mu.Lock()
+	if err == nil {
+		s.loadedSHA[port.DeviceName()] = loaded.SHA256
+	} else {
+		delete(s.loadedSHA, port.DeviceName())
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fail(fmt.Errorf("program %s with AFU %s from %s: %w", port.DeviceName(), cfg.AFUID, bs.Path, err))
+	}
+	res.SHA256 = loaded.SHA256
+	res.Duration = time.Since(start)
+	return res
+}

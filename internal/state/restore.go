@@ -1,0 +1,155 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// RestoreReport says what Restore found and did.
+type RestoreReport struct {
+	// Damage is why the checkpoint was found damaged at start; empty when
+	// it was sound.
+	Damage string
+	// Recovered are the holders the checkpoint did not have and whose
+	// holds were rebuilt from their CDI specs.
+	Recovered []Holder
+	// Kept are CDI specs Restore neither used nor removed, with the
+	// reason (a spec naming a device another holder holds, or one that
+	// cannot be read).
+	Kept []error
+	// Removed are the UIDs whose CDI spec was removed because a sound
+	// checkpoint does not know them.
+	Removed []string
+}
+
+// Restore makes the node match the checkpoint after a (re)start, before
+// the kubelet can call:
+//
+//   - when the checkpoint was found damaged (see New), every CDI spec of a
+//     holder it does not have is evidence of a prepared claim: its hold
+//     is rebuilt from the spec (devices, requests, AFU IDs) and recorded,
+//     so its devices stay held until the kubelet unprepares it, and
+//     nothing is removed as unknown;
+//   - the CDI spec of every completed holder is rewritten (the CDI
+//     directory is often a tmpfs that a reboot emptied);
+//   - with a sound checkpoint, specs of holders it does not know are
+//     removed: a prepare answers only after its record is on disk, so
+//     such a spec was never handed to a container.
+//
+// Everything recovered or kept is logged as an error and reported.
+// Holders whose devices are gone are kept (the kubelet will unprepare
+// them).
+func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreReport, error) {
+	logger := klog.FromContext(ctx)
+	report := RestoreReport{Damage: s.damaged}
+	var errs []error
+	if s.damaged != "" {
+		logger.Error(nil, "CHECKPOINT DAMAGED: rebuilding holds from CDI specs; no spec is removed until the next start with a sound checkpoint", "damage", s.damaged)
+		specs, readErrs := s.cfg.CDI.ReadClaimSpecs()
+		for _, err := range readErrs {
+			report.Kept = append(report.Kept, err)
+			logger.Error(err, "CDI spec kept but not used: it cannot be read")
+		}
+		if err := s.recoverFromSpecs(logger, specs, &report); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.mu.Lock()
+	var completed []*ClaimRecord
+	for _, rec := range s.cp.Claims {
+		if rec.BootID != s.bootID {
+			logger.Info("Node rebooted since claim was prepared: regions programmed for it are programmed again at its next prepare", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
+		}
+		if rec.Phase == PhaseCompleted {
+			completed = append(completed, rec.clone())
+		}
+	}
+	s.mu.Unlock()
+	for _, rec := range completed {
+		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
+		if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
+			errs = append(errs, fmt.Errorf("restore CDI spec of claim %s: %w", h, err))
+		}
+	}
+	if s.damaged == "" {
+		uids, err := s.cfg.CDI.ListClaimSpecs()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, uid := range uids {
+			if _, ok := s.Claim(types.UID(uid)); ok {
+				continue
+			}
+			logger.Info("Removing CDI spec of a holder the checkpoint does not have", "uid", uid)
+			if err := s.cfg.CDI.RemoveClaimSpec(uid); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			report.Removed = append(report.Removed, uid)
+		}
+	}
+	return report, errors.Join(errs...)
+}
+
+// recoverFromSpecs rebuilds and records the holds of specs whose holder
+// the checkpoint does not have. A spec naming a device that another
+// holder holds is kept and reported: one device is never held twice.
+func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, report *RestoreReport) error {
+	var recovered []*ClaimRecord
+	s.mu.Lock()
+	for _, spec := range specs {
+		if _, ok := s.cp.Claims[spec.UID]; ok {
+			continue
+		}
+		rec := &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
+		var conflict error
+		for _, d := range spec.Devices {
+			if other, held := s.holds[d.Name]; held && other != types.UID(spec.UID) {
+				conflict = fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
+				break
+			}
+			rec.Devices = append(rec.Devices, DeviceRecord{Device: d.Name, AFUID: d.AFUID, CDIDeviceID: d.CDIDeviceID})
+		}
+		if conflict != nil {
+			report.Kept = append(report.Kept, conflict)
+			logger.Error(conflict, "CDI spec kept but not used")
+			continue
+		}
+		// The boot the spec was written in, the claim's name and its
+		// requests are unknown: the record counts as from another boot,
+		// so its next prepare, which names the claim, decides again.
+		for _, d := range rec.Devices {
+			s.holds[d.Device] = types.UID(rec.UID)
+		}
+		recovered = append(recovered, rec)
+		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
+		report.Recovered = append(report.Recovered, h)
+		logger.Error(nil, "RECOVERED a prepared claim the damaged checkpoint had lost, from its CDI spec; its devices stay held until the kubelet unprepares it",
+			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID))
+	}
+	gen := s.update(func(cp *Checkpoint) {
+		for _, rec := range recovered {
+			cp.Claims[rec.UID] = rec
+		}
+	})
+	s.mu.Unlock()
+	if err := s.sync(gen); err != nil {
+		return fmt.Errorf("record claims recovered from CDI specs: %w", err)
+	}
+	return nil
+}
+
+func deviceNames(recs []DeviceRecord) []string {
+	names := make([]string, len(recs))
+	for i, d := range recs {
+		names[i] = d.Device
+	}
+	return names
+}

@@ -1,0 +1,145 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// Unprepare releases a holder's devices and removes its CDI spec; an
+// unknown holder is not an error. While a prepare or a programming job of
+// the holder is running, it is cancelled where the backend can stop and
+// the devices stay held until it has ended: Unprepare waits for that at
+// most ReleaseWait (and while ctx lasts), then fails with ErrReleasing so
+// the kubelet calls again. Racing calls for one holder get one answer.
+func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
+	for {
+		rel, pending, known := s.beginRelease(uid)
+		switch {
+		case !known:
+			return nil
+		case rel != nil:
+			return s.awaitRelease(ctx, rel)
+		}
+		if err := s.awaitEnded(ctx, uid, pending); err != nil {
+			return err
+		}
+	}
+}
+
+// beginRelease is Unprepare's critical section. It marks uid as being
+// released (no new prepare or programming of it starts), and either
+// returns the release operation to wait for (a running one, or a new one
+// it starts when nothing of uid runs any more), or the channels of the
+// operations still running for uid, which it cancelled.
+func (s *State) beginRelease(uid types.UID) (rel *op, pending []<-chan struct{}, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.ops[uid]
+	if cur != nil && cur.release {
+		return cur, nil, true
+	}
+	_, recorded := s.cp.Claims[string(uid)]
+	if !recorded && cur == nil && !s.hasJobs(uid) {
+		return nil, nil, false
+	}
+	s.releasing[uid] = true
+	if cur != nil {
+		select {
+		case <-cur.done:
+		default:
+			cur.cancel(fmt.Errorf("%w: claim unprepared", ErrReleasing))
+			pending = append(pending, cur.done)
+		}
+	}
+	for _, j := range s.jobs {
+		if j.holder == uid {
+			j.cancel(fmt.Errorf("%w: claim unprepared", ErrReleasing))
+			pending = append(pending, j.done)
+		}
+	}
+	if len(pending) > 0 {
+		return nil, pending, true
+	}
+	h := Holder{UID: uid}
+	if rec := s.cp.Claims[string(uid)]; rec != nil {
+		h.Namespace, h.Name = rec.Namespace, rec.Name
+	}
+	rel = &op{holder: h, release: true, done: make(chan struct{})}
+	s.ops[uid] = rel
+	go s.runRelease(rel)
+	return rel, nil, true
+}
+
+// awaitEnded waits until every channel in pending is closed, at most
+// ReleaseWait and while ctx lasts.
+func (s *State) awaitEnded(ctx context.Context, uid types.UID, pending []<-chan struct{}) error {
+	timer := time.NewTimer(s.cfg.ReleaseWait)
+	defer timer.Stop()
+	for _, ch := range pending {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return s.stillReleasing(uid, "")
+		case <-ctx.Done():
+			return s.stillReleasing(uid, fmt.Sprintf(" (the call was cancelled: %v)", context.Cause(ctx)))
+		}
+	}
+	return nil
+}
+
+// stillReleasing describes a release waiting for programming.
+func (s *State) stillReleasing(uid types.UID, why string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		if j.holder == uid {
+			return fmt.Errorf("%w: claim %s: programming of device %s (started %s ago) is still running%s; its devices are freed when it ends; the kubelet retries",
+				ErrReleasing, s.holderName(uid), j.device, time.Since(j.started).Round(time.Second), why)
+		}
+	}
+	return fmt.Errorf("%w: claim %s is still being prepared%s; its devices are freed when that ends; the kubelet retries", ErrReleasing, s.holderName(uid), why)
+}
+
+// awaitRelease waits for a release operation while ctx lasts.
+func (s *State) awaitRelease(ctx context.Context, rel *op) error {
+	select {
+	case <-rel.done:
+		return rel.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: claim %s is being released; the call was cancelled: %v", ErrReleasing, rel.holder, context.Cause(ctx))
+	}
+}
+
+// runRelease removes a holder's CDI spec, then its record and holds in one
+// commit.
+func (s *State) runRelease(rel *op) {
+	uid := rel.holder.UID
+	err := s.cfg.CDI.RemoveClaimSpec(string(uid))
+	if err != nil {
+		err = fmt.Errorf("remove CDI spec of claim %s: %w", rel.holder, err)
+	} else {
+		s.step(StepSpecRemoved, uid)
+		err = s.commit(func(*Checkpoint) {
+			s.dropRecord(uid)
+			for device, h := range s.holds {
+				if h == uid {
+					delete(s.holds, device)
+				}
+			}
+		})
+		if err == nil {
+			s.step(StepReleased, uid)
+			klog.FromContext(s.ctx).V(3).Info("Unprepared claim", "claim", klog.KRef(rel.holder.Namespace, rel.holder.Name), "uid", uid)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.releasing, uid)
+	delete(s.ops, uid)
+	rel.err = err
+	close(rel.done)
+}
