@@ -53,6 +53,33 @@ func xclbinOf(t testing.TB, m XclbinMetadata, payload []byte) []byte {
 	return b.Bytes()
 }
 
+// xrtTestCard builds an Alveo card as discovery reports it: one port on the
+// user function, whose xclbinuuid (in a temporary sysfs directory) shows
+// loaded dashed, or nothing when loaded is "".
+func xrtTestCard(t testing.TB, ifID, loaded string) *discovery.Card {
+	t.Helper()
+	sys := filepath.Join(t.TempDir(), "sys/bus/pci/devices", testUserPF)
+	content := ""
+	if loaded != "" {
+		content = dashedUUID(loaded) + "\n"
+	}
+	uuidFile := writeFile(t, sys, "xclbinuuid", []byte(content))
+	return &discovery.Card{
+		Driver:      discovery.DriverXRT,
+		PCIAddress:  testUserPF,
+		PCIPath:     sys,
+		PortsNum:    1,
+		InterfaceID: ifID,
+		Ports: []*discovery.Port{{
+			Node:       discovery.DevNode{Name: "renderD128", SysfsPath: sys, Path: "/dev/dri/renderD128"},
+			ID:         0,
+			PCIAddress: testUserPF,
+			AFUID:      loaded,
+			AFUIDFile:  uuidFile,
+		}},
+	}
+}
+
 // gbsFile returns a valid GBS for the IDs whose payload (payloadLen bytes,
 // rounded up to 4 and at least 16) follows the simulated payload convention.
 func gbsFile(t testing.TB, ifID, afuID string, payloadLen int) []byte {
