@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzRegionRequests -fuzztime $(FUZZTIME) ./cmd/fpga-dra-driver/
 	$(GO) test -run XXX -fuzz FuzzParseGBS -fuzztime $(FUZZTIME) ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzParseAOCX -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
+	$(GO) test -run XXX -fuzz FuzzParseXclbin -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzDecodeFpgaConfig -fuzztime $(FUZZTIME) ./api/v1alpha1/
 	$(GO) test -run XXX -fuzz FuzzDecodeCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 	$(GO) test -run XXX -fuzz FuzzReadCheckpoint -fuzztime $(FUZZTIME) ./internal/state/

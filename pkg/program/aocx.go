@@ -136,7 +136,7 @@ func parseAOCX(name string, r io.ReaderAt, size int64, lim limits, keep bool) (p
 		if err != nil {
 			return parsed{}, err
 		}
-		return parsed{gbsHeader: h, format: FormatAOCX, payloadSize: int64(len(data)) - h.payloadOffset, payload: data[h.payloadOffset:]}, nil
+		return gbsParsed(FormatAOCX, h, int64(len(data))-h.payloadOffset, data[h.payloadOffset:]), nil
 	}
 	lr := io.LimitReader(zr, maxSize+1)
 	head := make([]byte, maxGBSHeaderLen)
@@ -156,7 +156,7 @@ func parseAOCX(name string, r io.ReaderAt, size int64, lim limits, keep bool) (p
 	if err != nil {
 		return parsed{}, err
 	}
-	return parsed{gbsHeader: h, format: FormatAOCX, payloadSize: total - h.payloadOffset}, nil
+	return gbsParsed(FormatAOCX, h, total-h.payloadOffset, nil), nil
 }
 
 // elfSection returns the data of the one section called section in f, whose

@@ -22,6 +22,9 @@ const (
 	FormatGBS Format = "gbs"
 	// FormatAOCX is the OpenCL AOCX: an ELF file carrying a gzipped GBS.
 	FormatAOCX Format = "aocx"
+	// FormatXclbin is the AMD/Xilinx xclbin (axlf) of Alveo cards: a header
+	// and sections, loaded whole through XRT.
+	FormatXclbin Format = "xclbin"
 )
 
 // Size limits applied unless an OpenOption changes them.
@@ -47,21 +50,32 @@ type Bitstream struct {
 	// in; empty when it came from Open.
 	Name   string
 	Format Format
-	// InterfaceID and AFUID are canonical (32 lowercase hex).
+	// InterfaceID and AFUID are canonical (32 lowercase hex). InterfaceID
+	// is the interface (FIM, shell) the bitstream is built for: a GBS's
+	// interface-uuid, an xclbin's interface UUID. AFUID is what the port
+	// reports once the bitstream is loaded: a GBS's accelerator-type-uuid,
+	// an xclbin's UUID.
 	InterfaceID string
 	AFUID       string
+	// Platform is the platform the header names: an xclbin's platform VBNV,
+	// a GBS's platform-name (often empty).
+	Platform string
 	// Size is the size of the file.
 	Size int64
-	// PayloadSize is the size of the raw bitstream handed to the
-	// programmer, before padding (for AOCX: inside the decompressed GBS).
+	// PayloadSize is the size of what is handed to the programmer, before
+	// padding: the raw bitstream after a GBS header (for AOCX: inside the
+	// decompressed GBS), the whole file for an xclbin.
 	PayloadSize int64
 	// SHA256 is the hex digest of the whole file when it was opened with
 	// WithDigest; empty otherwise (a Repository indexes headers only).
 	// Load reports the digest of what it loaded in Result.SHA256.
 	SHA256 string
-	// Metadata is the GBS metadata (for AOCX, of the GBS inside it).
+	// Metadata is the GBS metadata (for AOCX, of the GBS inside it); zero
+	// for an xclbin.
 	Metadata GBSMetadata
-	ModTime  time.Time
+	// Xclbin is what an xclbin's header says; zero for other formats.
+	Xclbin  XclbinInfo
+	ModTime time.Time
 
 	limits limits
 }
@@ -108,10 +122,11 @@ func WithDigest() OpenOption {
 	return func(c *openConfig) { c.digest = true }
 }
 
-// Open parses the bitstream at path, GBS or AOCX by content. It reads the
-// GBS header only, or for an AOCX the ELF sections and the decompressed GBS
-// (streamed, not kept), unless WithDigest asks for the whole file to be
-// hashed. Errors for bad content match ErrInvalidBitstream.
+// Open parses the bitstream at path, GBS, AOCX or xclbin by content. It
+// reads the GBS header only, for an AOCX the ELF sections and the
+// decompressed GBS (streamed, not kept), for an xclbin its header and
+// section table, unless WithDigest asks for the whole file to be hashed.
+// Errors for bad content match ErrInvalidBitstream.
 func Open(path string, opts ...OpenOption) (*Bitstream, error) {
 	var cfg openConfig
 	for _, o := range opts {
@@ -132,9 +147,11 @@ func Open(path string, opts ...OpenOption) (*Bitstream, error) {
 		Format:      p.format,
 		InterfaceID: p.interfaceID,
 		AFUID:       p.afuID,
+		Platform:    p.platform,
 		Size:        fi.Size(),
 		PayloadSize: p.payloadSize,
 		Metadata:    p.meta,
+		Xclbin:      p.xclbin,
 		ModTime:     fi.ModTime(),
 		limits:      cfg.limits,
 	}
@@ -152,9 +169,10 @@ func Open(path string, opts ...OpenOption) (*Bitstream, error) {
 	return b, nil
 }
 
-// ReadPayload reads the file once, hashing it as it reads, and returns the
-// raw bitstream to hand to a Programmer, padded with zero bytes to a multiple
-// of 4 (older kernels reject an unaligned buffer_size).
+// ReadPayload reads the file once, hashing it as it reads, and returns what
+// to hand to a Programmer: for a GBS or AOCX the raw bitstream, padded with
+// zero bytes to a multiple of 4 (older kernels reject an unaligned
+// buffer_size); for an xclbin the whole file, exactly the bytes hashed.
 //
 // It re-parses what it read: the format and the IDs that b carries must still
 // match, else the error matches ErrBitstreamChanged. When wantSHA256 is not
@@ -193,6 +211,9 @@ func (b *Bitstream) readPayload(wantSHA256 string) (payload []byte, sum string, 
 	if err := b.sameAs(p); err != nil {
 		return nil, sum, size, err
 	}
+	if p.format == FormatXclbin {
+		return p.payload, sum, size, nil
+	}
 	return padTo4(p.payload), sum, size, nil
 }
 
@@ -210,11 +231,27 @@ func (b *Bitstream) sameAs(p parsed) error {
 
 // parsed is what parsing a bitstream file learns.
 type parsed struct {
-	gbsHeader
 	format      Format
+	interfaceID string
+	afuID       string
+	platform    string
+	// meta is set for GBS and AOCX, xclbin for xclbin.
+	meta        GBSMetadata
+	xclbin      XclbinInfo
 	payloadSize int64
-	// payload is the raw bitstream; set by parseBytes only.
+	// payload is what a programmer gets, unpadded; set by parseBytes only.
 	payload []byte
+}
+
+// gbsParsed is what a GBS header (of a GBS file, or inside an AOCX) tells.
+func gbsParsed(format Format, h gbsHeader, payloadSize int64, payload []byte) parsed {
+	return parsed{format: format, interfaceID: h.interfaceID, afuID: h.afuID, platform: h.meta.PlatformName, meta: h.meta, payloadSize: payloadSize, payload: payload}
+}
+
+// xclbinParsed is what an xclbin header tells; the payload is the whole
+// file.
+func xclbinParsed(h xclbinHeader, size int64, data []byte) parsed {
+	return parsed{format: FormatXclbin, interfaceID: h.interfaceID, afuID: h.uuid, platform: h.platform, xclbin: h.info, payloadSize: size, payload: data}
 }
 
 // parseFile parses the bitstream in the first size bytes of r, reading only
@@ -228,39 +265,53 @@ func parseFile(name string, r io.ReaderAt, size int64, lim limits) (parsed, erro
 	if err != nil {
 		return parsed{}, err
 	}
-	if format == FormatAOCX {
+	switch format {
+	case FormatAOCX:
 		return parseAOCX(name, r, size, lim, false)
+	case FormatXclbin:
+		h, err := parseXclbin(name, r, size)
+		if err != nil {
+			return parsed{}, err
+		}
+		return xclbinParsed(h, size, nil), nil
 	}
 	h, err := parseGBSHeader(name, head, size)
 	if err != nil {
 		return parsed{}, err
 	}
-	return parsed{gbsHeader: h, format: FormatGBS, payloadSize: size - h.payloadOffset}, nil
+	return gbsParsed(FormatGBS, h, size-h.payloadOffset, nil), nil
 }
 
 // parseBytes parses a whole bitstream file held in data and returns its
-// payload too (for a GBS, a subslice of data).
+// payload too (for a GBS, a subslice of data; for an xclbin, data).
 func parseBytes(name string, data []byte, lim limits) (parsed, error) {
 	size := int64(len(data))
 	format, err := detectFormat(name, data, size)
 	if err != nil {
 		return parsed{}, err
 	}
-	if format == FormatAOCX {
+	switch format {
+	case FormatAOCX:
 		return parseAOCX(name, bytes.NewReader(data), size, lim, true)
+	case FormatXclbin:
+		h, err := parseXclbin(name, bytes.NewReader(data), size)
+		if err != nil {
+			return parsed{}, err
+		}
+		return xclbinParsed(h, size, data), nil
 	}
 	h, err := parseGBSHeader(name, data, size)
 	if err != nil {
 		return parsed{}, err
 	}
-	return parsed{gbsHeader: h, format: FormatGBS, payloadSize: size - h.payloadOffset, payload: data[h.payloadOffset:]}, nil
+	return gbsParsed(FormatGBS, h, size-h.payloadOffset, data[h.payloadOffset:]), nil
 }
 
 const elfMagic = "\x7fELF"
 
-// detectFormat tells GBS from AOCX by the first bytes of a file of the given
-// size. A file shorter than a magic but matching its start is taken to be a
-// truncated file of that format.
+// detectFormat tells GBS, AOCX and xclbin apart by the first bytes of a file
+// of the given size. A file shorter than a magic but matching its start is
+// taken to be a truncated file of that format.
 func detectFormat(name string, head []byte, size int64) (Format, error) {
 	if size == 0 {
 		return "", invalidf("%s: is empty: not a bitstream", name)
@@ -274,9 +325,11 @@ func detectFormat(name string, head []byte, size int64) (Format, error) {
 		return FormatGBS, nil
 	case matches(elfMagic):
 		return FormatAOCX, nil
+	case matches(xclbinFileMagic):
+		return FormatXclbin, nil
 	}
-	return "", &notBitstreamError{invalidError{fmt.Errorf("%s: starts with %q, neither the GBS magic %q nor the ELF magic of an AOCX: not a bitstream",
-		name, head[:min(len(head), len(gbsFileMagic))], gbsFileMagic)}}
+	return "", &notBitstreamError{invalidError{fmt.Errorf("%s: starts with %q, neither the GBS magic %q, the ELF magic of an AOCX nor the xclbin magic %q: not a bitstream",
+		name, head[:min(len(head), len(gbsFileMagic))], gbsFileMagic, xclbinMagic)}}
 }
 
 // openRegular opens path for reading and checks that it is a regular file of

@@ -10,8 +10,8 @@ import (
 // wraps the matching sentinel; the message around it names the file, the IDs
 // and the fix.
 var (
-	// ErrInvalidBitstream: a file is not a GBS or AOCX bitstream, or is
-	// truncated, corrupt or carries unusable IDs.
+	// ErrInvalidBitstream: a file is not a GBS, AOCX or xclbin bitstream,
+	// or is truncated, corrupt or carries unusable IDs.
 	ErrInvalidBitstream = errors.New("invalid bitstream")
 	// ErrNotFound: the repository holds no bitstream for the requested IDs
 	// or name.
@@ -22,6 +22,10 @@ var (
 	// ErrInterfaceMismatch: the bitstream is built for another interface
 	// (FIM) than the card's partial-reconfiguration region.
 	ErrInterfaceMismatch = errors.New("interface mismatch")
+	// ErrFormatMismatch: the bitstream's format belongs to another card
+	// family than the card's kernel driver: an xclbin for an Intel (DFL or
+	// OPAE) card, a GBS or AOCX for an AMD/Xilinx (XRT) card.
+	ErrFormatMismatch = errors.New("bitstream format does not fit the card")
 	// ErrChecksumMismatch: the file's sha256 differs from the pinned one.
 	ErrChecksumMismatch = errors.New("checksum mismatch")
 	// ErrProgramFailed: the backend (kernel, hardware or simulator) refused
@@ -46,8 +50,9 @@ func invalidf(format string, args ...any) error {
 	return &invalidError{err: fmt.Errorf(format, args...)}
 }
 
-// notBitstreamError marks a file that starts with neither the GBS nor the ELF
-// magic: the repository logs those quietly, unlike broken bitstreams.
+// notBitstreamError marks a file that starts with none of the GBS, ELF and
+// xclbin magics: the repository logs those quietly, unlike broken
+// bitstreams.
 type notBitstreamError struct{ invalidError }
 
 func isNotBitstream(err error) bool {

@@ -21,6 +21,65 @@ const (
 	testAFU2 = "f7df405cbd7acf7222f144b0b93acd18"
 )
 
+// IDs of an Alveo card's shell and of xclbins built for it.
+const (
+	testXIf       = "5e3b7c9a1f0d4e2b8c6a9d7f1e3b5c7a"
+	testXclbin    = "8f8dc2ff4dd74a1fa9e15a8d7a2c9c8d"
+	testXclbin2   = "1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f"
+	testPlatform  = "xilinx_u250_gen3x16_xdma_shell_4_1"
+	testUserPF    = "0000:3b:00.1"
+	testXclbinDsh = "8f8dc2ff-4dd7-4a1f-a9e1-5a8d7a2c9c8d"
+)
+
+// xclbinFile returns a valid xclbin for the IDs (PR mode, platform
+// testPlatform) whose BITSTREAM section is payloadLen bytes following the
+// simulated payload convention, followed by a small MEM_TOPOLOGY section.
+func xclbinFile(t testing.TB, ifID, uuid string, payloadLen int) []byte {
+	t.Helper()
+	payload, err := SimPayload(uuid, payloadLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xclbinOf(t, XclbinMetadata{InterfaceID: ifID, XclbinUUID: uuid, Platform: testPlatform, Mode: XclbinPR,
+		Sections: []XclbinSection{{Kind: XclbinMemTopology, Name: "mem_topology", Data: []byte{1, 0, 0, 0, 1, 1}}}}, payload)
+}
+
+func xclbinOf(t testing.TB, m XclbinMetadata, payload []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := WriteXclbin(&b, m, payload); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// xrtTestCard builds an Alveo card as discovery reports it: one port on the
+// user function, whose xclbinuuid (in a temporary sysfs directory) shows
+// loaded dashed, or nothing when loaded is "".
+func xrtTestCard(t testing.TB, ifID, loaded string) *discovery.Card {
+	t.Helper()
+	sys := filepath.Join(t.TempDir(), "sys/bus/pci/devices", testUserPF)
+	content := ""
+	if loaded != "" {
+		content = dashedUUID(loaded) + "\n"
+	}
+	uuidFile := writeFile(t, sys, "xclbinuuid", []byte(content))
+	return &discovery.Card{
+		Driver:      discovery.DriverXRT,
+		PCIAddress:  testUserPF,
+		PCIPath:     sys,
+		PortsNum:    1,
+		InterfaceID: ifID,
+		Ports: []*discovery.Port{{
+			Node:       discovery.DevNode{Name: "renderD128", SysfsPath: sys, Path: "/dev/dri/renderD128"},
+			ID:         0,
+			PCIAddress: testUserPF,
+			AFUID:      loaded,
+			AFUIDFile:  uuidFile,
+		}},
+	}
+}
+
 // gbsFile returns a valid GBS for the IDs whose payload (payloadLen bytes,
 // rounded up to 4 and at least 16) follows the simulated payload convention.
 func gbsFile(t testing.TB, ifID, afuID string, payloadLen int) []byte {

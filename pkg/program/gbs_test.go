@@ -102,18 +102,7 @@ func TestParseGBSRefusals(t *testing.T) {
 		"all-f afu":             {rawGBS(metaJSON("69528db6-eb31-577a-8c36-68f9faa081f6", "["+cluster(discovery.AllF)+"]"), payload), "accelerator-type-uuid is all f"},
 		"no payload":            {rawGBS(metaJSON("69528db6-eb31-577a-8c36-68f9faa081f6", "["+valid+"]"), nil), "no bitstream after"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := parseBytes("t.gbs", tc.data, limits{}.withDefaults())
-			wantErr(t, err, "t.gbs: ", tc.want)
-			if !errors.Is(err, ErrInvalidBitstream) {
-				t.Errorf("error %q does not match ErrInvalidBitstream", err)
-			}
-			// The header-only path used for indexing refuses it the same way.
-			_, err2 := parseFile("t.gbs", bytes.NewReader(tc.data), int64(len(tc.data)), limits{}.withDefaults())
-			if err2 == nil || err2.Error() != err.Error() {
-				t.Errorf("parseFile error %q, parseBytes error %q", err2, err)
-			}
-		})
+		t.Run(name, func(t *testing.T) { wantRefused(t, "t.gbs", tc.data, tc.want) })
 	}
 }
 
@@ -123,11 +112,7 @@ func TestParseGBSRefusals(t *testing.T) {
 func TestParseGBSTruncatedAtEveryByte(t *testing.T) {
 	data := gbsFile(t, testIf, testAFU, 64)
 	off := gbsHeaderLen + int(binary.LittleEndian.Uint32(data[16:20]))
-	for cut := 0; cut <= off; cut++ {
-		if _, err := parseBytes("t.gbs", data[:cut], limits{}.withDefaults()); !errors.Is(err, ErrInvalidBitstream) {
-			t.Fatalf("cut at %d of %d: got %v, want an invalid-bitstream error", cut, len(data), err)
-		}
-	}
+	wantRefusedUpTo(t, data, off)
 	p, err := parseBytes("t.gbs", data[:off+1], limits{}.withDefaults())
 	if err != nil || p.payloadSize != 1 {
 		t.Fatalf("cut after the first payload byte: %v, payload size %d", err, p.payloadSize)
@@ -161,6 +146,33 @@ func TestNewGBSMetadataKeepsBadIDs(t *testing.T) {
 	}
 	if got := m.AFUImage.AcceleratorClusters[0].AcceleratorTypeUUID; got != "d8424dc4-a4a3-c413-f89e-433683f9040b" {
 		t.Errorf("accelerator-type-uuid = %q", got)
+	}
+}
+
+// wantRefused checks that both parse paths refuse data, named name, with
+// the same invalid-bitstream error, containing want.
+func wantRefused(t *testing.T, name string, data []byte, want string) {
+	t.Helper()
+	_, err := parseBytes(name, data, limits{}.withDefaults())
+	wantErr(t, err, name+": ", want)
+	if !errors.Is(err, ErrInvalidBitstream) {
+		t.Errorf("error %q does not match ErrInvalidBitstream", err)
+	}
+	// The header-only path used for indexing refuses it the same way.
+	_, err2 := parseFile(name, bytes.NewReader(data), int64(len(data)), limits{}.withDefaults())
+	if err2 == nil || err2.Error() != err.Error() {
+		t.Errorf("parseFile error %q, parseBytes error %q", err2, err)
+	}
+}
+
+// wantRefusedUpTo cuts data at every length up to end (inclusive): no cut
+// may be accepted or panic.
+func wantRefusedUpTo(t *testing.T, data []byte, end int) {
+	t.Helper()
+	for cut := 0; cut <= end; cut++ {
+		if _, err := parseBytes("cut", data[:cut], limits{}.withDefaults()); !errors.Is(err, ErrInvalidBitstream) {
+			t.Fatalf("cut at %d of %d: got %v, want an invalid-bitstream error", cut, len(data), err)
+		}
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 var ErrExists = errors.New("bitstream already installed")
 
 // Install copies the bitstream file src into the repository directory dir
-// under its IDs, in the Intel layout every node reads:
-// <dir>/<interfaceID>/<afuID>.<gbs|aocx>. The file is parsed first (a file
+// under its IDs, in the layout every node reads:
+// <dir>/<interfaceID>/<afuID>.<gbs|aocx|xclbin> (for an xclbin, its
+// interface UUID and xclbin UUID). The file is parsed first (a file
 // that is not a valid bitstream is refused) and written atomically. An
 // existing file with other content is refused unless force is set; the same
 // content is not rewritten. It returns the installed bitstream.

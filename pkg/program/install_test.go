@@ -70,3 +70,19 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("repository holds %d files, want 1", len(entries))
 	}
 }
+
+func TestInstallXclbin(t *testing.T) {
+	repo := t.TempDir()
+	src := writeFile(t, t.TempDir(), "vadd.xclbin", xclbinFile(t, testXIf, testXclbin, 64))
+	bs, err := Install(repo, src, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(testXIf, testXclbin+".xclbin"); bs.Name != want || bs.Format != FormatXclbin {
+		t.Fatalf("installed as %q (%s), want %q", bs.Name, bs.Format, want)
+	}
+	writeFile(t, filepath.Dir(src), "vadd.xclbin", xclbinFile(t, testXIf, testXclbin, 128))
+	if _, err := Install(repo, src, false); !errors.Is(err, ErrExists) {
+		t.Fatalf("overwrite without force: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,7 +26,8 @@ type LoadOptions struct {
 	// optionally prefixed "sha256:"); empty for no pin.
 	SHA256 string
 	// VerifyTimeout bounds how long afu_id may stay busy (EBUSY, the port
-	// still disabled) after programming; DefaultVerifyTimeout when <= 0.
+	// still disabled), or an XRT card's xclbinuuid empty, after
+	// programming; DefaultVerifyTimeout when <= 0.
 	VerifyTimeout time.Duration
 	// VerifyInterval is the pause between reads of a busy afu_id;
 	// DefaultVerifyInterval when <= 0.
@@ -59,15 +62,22 @@ type Result struct {
 // Load programs bs into the region behind port on card, the same way for
 // every backend:
 //
-//  1. the card's interface ID must equal the bitstream's (ErrInterfaceMismatch);
-//  2. the file is read once, hashed and checked against opts.SHA256
+//  1. the bitstream's format must fit the card's family: an xclbin only an
+//     XRT card, a GBS or AOCX any other (ErrFormatMismatch);
+//  2. the card's interface ID must equal the bitstream's (ErrInterfaceMismatch);
+//  3. the file is read once, hashed and checked against opts.SHA256
 //     (ErrChecksumMismatch) and against the IDs bs was opened with
 //     (ErrBitstreamChanged);
-//  3. p.Program gets the padded payload (failures match ErrProgramFailed);
-//  4. the port's afu_id is read back, waiting while it reports EBUSY for at
-//     most opts.VerifyTimeout, and must equal bs.AFUID (ErrVerifyFailed).
+//  4. p.Program gets the payload: the padded raw bitstream of a GBS or AOCX,
+//     the whole xclbin file as it was hashed (failures match
+//     ErrProgramFailed);
+//  5. the port's AFU ID attribute (port.AFUIDPath(): afu_id, or an XRT
+//     card's xclbinuuid) is read back, waiting while afu_id reports EBUSY
+//     or xclbinuuid is empty for at most opts.VerifyTimeout, and must equal
+//     bs.AFUID (ErrVerifyFailed).
 //
-// Callers must not load one port twice at once.
+// Steps 1 and 2 run before anything is read or programmed. Callers must not
+// load one port twice at once.
 func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discovery.Port, bs *Bitstream, opts LoadOptions) (Result, error) {
 	start := time.Now()
 	if p == nil || card == nil || port == nil || bs == nil {
@@ -80,6 +90,9 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 	}
 	logger := klog.FromContext(ctx).WithValues("device", port.DeviceName(), "bitstream", bs.Path, "programmer", res.Programmer)
 
+	if err := formatFits(bs, card, port); err != nil {
+		return done(err)
+	}
 	if card.InterfaceID != bs.InterfaceID {
 		return done(fmt.Errorf("%w: bitstream %s is built for interface %s, but card %s (port %s) has interface %q: build the AFU for this card's FIM/interface or pick a card with interface %s",
 			ErrInterfaceMismatch, bs.Path, bs.InterfaceID, card.PCIAddress, port.DeviceName(), card.InterfaceID, bs.InterfaceID))
@@ -104,7 +117,7 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 	}
 
 	t = time.Now()
-	err = verifyAFU(ctx, port, bs, opts)
+	err = verifyAFU(ctx, card, port, bs, opts)
 	res.VerifyDuration = time.Since(t)
 	if err != nil {
 		return done(err)
@@ -115,11 +128,33 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 	return res, err
 }
 
-// verifyAFU reads the port's afu_id until it stops reporting EBUSY, for at
-// most opts.VerifyTimeout, and compares it with the bitstream's AFU ID.
-// Polling is how the kernel interface works: afu_id has no change event.
-func verifyAFU(ctx context.Context, port *discovery.Port, bs *Bitstream, opts LoadOptions) error {
-	read := opts.readAFUID
+// formatFits refuses a bitstream whose format belongs to another card
+// family than card's kernel driver.
+func formatFits(bs *Bitstream, card *discovery.Card, port *discovery.Port) error {
+	xrt := card.Driver == discovery.DriverXRT
+	switch {
+	case bs.Format == FormatXclbin && !xrt:
+		return fmt.Errorf("%w: bitstream %s is an xclbin, for AMD/Xilinx Alveo cards, but card %s (port %s) has kernel driver %q: an xclbin loads only on a card driven by XRT; use a GBS or AOCX built for interface %s",
+			ErrFormatMismatch, bs.Path, card.PCIAddress, port.DeviceName(), card.Driver, card.InterfaceID)
+	case bs.Format != FormatXclbin && xrt:
+		return fmt.Errorf("%w: bitstream %s is %s bitstream, for Intel FPGA cards, but card %s (port %s) is an AMD/Xilinx card driven by XRT: use an xclbin built for interface %s",
+			ErrFormatMismatch, bs.Path, strings.ToUpper(string(bs.Format)), card.PCIAddress, port.DeviceName(), card.InterfaceID)
+	}
+	return nil
+}
+
+// verifyAFU reads the port's AFU ID attribute until it stops reporting
+// EBUSY (afu_id) or being empty (xclbinuuid), for at most
+// opts.VerifyTimeout, and compares it with the bitstream's AFU ID. Polling is
+// how the kernel interfaces work: neither attribute has a change event.
+func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, bs *Bitstream, opts LoadOptions) error {
+	read, what := opts.readAFUID, "AFU"
+	if card.Driver == discovery.DriverXRT {
+		what = "xclbin"
+		if read == nil {
+			read = func(p *discovery.Port) (string, error) { return readXclbinUUID(p, bs.AFUID) }
+		}
+	}
 	if read == nil {
 		read = (*discovery.Port).ReadAFUID
 	}
@@ -136,16 +171,21 @@ func verifyAFU(ctx context.Context, port *discovery.Port, bs *Bitstream, opts Lo
 		id, err := read(port)
 		if err == nil {
 			if id != bs.AFUID {
-				return fmt.Errorf("%w: port %s reports AFU %s after programming %s, want %s: the bitstream's payload does not match its metadata, or the programming did not take effect",
-					ErrVerifyFailed, port.DeviceName(), id, bs.Path, bs.AFUID)
+				return fmt.Errorf("%w: port %s reports %s %s after programming %s, want %s: the bitstream's payload does not match its metadata, or the programming did not take effect",
+					ErrVerifyFailed, port.DeviceName(), what, id, bs.Path, bs.AFUID)
 			}
 			return nil
 		}
-		if !errors.Is(err, syscall.EBUSY) {
+		notLoaded := errors.Is(err, errNotLoaded)
+		if !notLoaded && !errors.Is(err, syscall.EBUSY) {
 			return fmt.Errorf("%w: port %s after programming: %w", ErrVerifyFailed, port.DeviceName(), err)
 		}
 		wait := time.Until(deadline)
-		if wait <= 0 {
+		switch {
+		case wait <= 0 && notLoaded:
+			return fmt.Errorf("%w: %s of port %s still empty %s after programming %s: the programmer reported success but no xclbin is loaded: %w",
+				ErrVerifyFailed, filepath.Base(port.AFUIDPath()), port.DeviceName(), timeout, bs.Path, err)
+		case wait <= 0:
 			return fmt.Errorf("%w: afu_id of port %s still busy %s after programming (the port stayed disabled): %w", ErrVerifyFailed, port.DeviceName(), timeout, err)
 		}
 		timer := time.NewTimer(min(wait, interval))

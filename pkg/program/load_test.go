@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -235,4 +236,152 @@ func TestLoadInParallel(t *testing.T) {
 func TestLoadRequiresArguments(t *testing.T) {
 	_, err := Load(context.Background(), &SimProgrammer{}, nil, nil, nil, LoadOptions{})
 	wantErr(t, err, "all required")
+}
+
+func TestLoadXclbin(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	card := xrtTestCard(t, testXIf, testXclbin2)
+	port := card.Ports[0]
+	data := xclbinFile(t, testXIf, testXclbin, 1001)
+	bs := openTestBitstream(t, data)
+	sim := &SimProgrammer{}
+	res, err := Load(ctx, sim, card, port, bs, LoadOptions{SHA256: sha256Hex(data)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAFUIDFile(t, port); got != testXclbinDsh+"\n" {
+		t.Errorf("xclbinuuid = %q, want %q", got, testXclbinDsh+"\n")
+	}
+	if res.Programmer != "sim" || res.AFUID != testXclbin || res.InterfaceID != testXIf ||
+		res.SHA256 != sha256Hex(data) || res.FileBytes != int64(len(data)) || res.PayloadBytes != int64(len(data)) {
+		t.Errorf("Result = %+v, want the whole %d-byte file as payload", res, len(data))
+	}
+}
+
+// TestLoadRefusesOtherFamily: a bitstream of the other card family is
+// refused before anything is read or programmed.
+func TestLoadRefusesOtherFamily(t *testing.T) {
+	xclbin := openTestBitstream(t, xclbinFile(t, testIf, testXclbin, 64))
+	gbs := openTestBitstream(t, gbsFile(t, testXIf, testAFU, 64))
+	aocx := openTestBitstream(t, aocxFile(t, testXIf, testAFU, 64))
+	intel := func(d discovery.KernelDriver) *discovery.Card {
+		c := testCard(t, testIf, 1, testAFU2)
+		c.Driver = d
+		return c
+	}
+	for name, tc := range map[string]struct {
+		card *discovery.Card
+		bs   *Bitstream
+		want []string
+	}{
+		"xclbin on DFL":  {intel(discovery.DriverDFL), xclbin, []string{"is an xclbin, for AMD/Xilinx Alveo cards", `has kernel driver "dfl"`, "use a GBS or AOCX built for interface " + testIf}},
+		"xclbin on OPAE": {intel(discovery.DriverOPAE), xclbin, []string{`has kernel driver "opae"`}},
+		"GBS on XRT":     {xrtTestCard(t, testXIf, ""), gbs, []string{"is GBS bitstream, for Intel FPGA cards", "card " + testUserPF + " (port fpga-0000-3b-00-1-p0) is an AMD/Xilinx card driven by XRT", "use an xclbin built for interface " + testXIf}},
+		"AOCX on XRT":    {xrtTestCard(t, testXIf, ""), aocx, []string{"is AOCX bitstream"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			sim := &SimProgrammer{}
+			before := readAFUIDFile(t, tc.card.Ports[0])
+			res, err := Load(ctx, sim, tc.card, tc.card.Ports[0], tc.bs, LoadOptions{})
+			wantErr(t, err, tc.want...)
+			if !errors.Is(err, ErrFormatMismatch) || errors.Is(err, ErrInterfaceMismatch) {
+				t.Errorf("error %q does not match ErrFormatMismatch alone", err)
+			}
+			if sim.TotalCalls() != 0 || res.FileBytes != 0 {
+				t.Errorf("programmer called %d times, %d bytes read: want nothing done", sim.TotalCalls(), res.FileBytes)
+			}
+			if got := readAFUIDFile(t, tc.card.Ports[0]); got != before {
+				t.Errorf("AFU ID attribute changed to %q", got)
+			}
+		})
+	}
+}
+
+func TestLoadXclbinFailures(t *testing.T) {
+	good := xclbinFile(t, testXIf, testXclbin, 64)
+	for name, tc := range map[string]struct {
+		data      []byte
+		cardIf    string
+		opts      LoadOptions
+		is        error
+		want      []string
+		programed bool
+	}{
+		"interface mismatch": {
+			data: good, cardIf: testIf2, is: ErrInterfaceMismatch,
+			want: []string{"built for interface " + testXIf, "has interface \"" + testIf2 + "\""},
+		},
+		"checksum mismatch": {
+			data: good, opts: LoadOptions{SHA256: strings.Repeat("0", 64)}, is: ErrChecksumMismatch,
+			want: []string{"has sha256 " + sha256Hex(good)},
+		},
+		"xclbinuuid stays empty": {
+			// The programmer loads nothing; a deadline that has passed by
+			// the first read ends the wait.
+			data: good, opts: LoadOptions{VerifyTimeout: 1},
+			is: ErrVerifyFailed, want: []string{"xclbinuuid of port fpga-0000-3b-00-1-p0 still empty", "no xclbin is loaded"}, programed: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			card := xrtTestCard(t, testXIf, "")
+			if tc.cardIf != "" {
+				card.InterfaceID = tc.cardIf
+			}
+			// A programmer that "succeeds" without loading anything.
+			calls := 0
+			p := programmerFunc(func(context.Context, *discovery.Card, *discovery.Port, []byte) error {
+				calls++
+				return nil
+			})
+			_, err := Load(ctx, p, card, card.Ports[0], openTestBitstream(t, tc.data), tc.opts)
+			wantErr(t, err, tc.want...)
+			if !errors.Is(err, tc.is) {
+				t.Errorf("error %q does not match %v", err, tc.is)
+			}
+			if got := calls > 0; got != tc.programed {
+				t.Errorf("programmer called: %v, want %v", got, tc.programed)
+			}
+		})
+	}
+}
+
+// programmerFunc is a Programmer made of a function.
+type programmerFunc func(ctx context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error
+
+func (f programmerFunc) Program(ctx context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
+	return f(ctx, card, port, payload)
+}
+func (f programmerFunc) Name() string { return "func" }
+
+func TestReadXclbinUUID(t *testing.T) {
+	card := xrtTestCard(t, testXIf, "")
+	port := card.Ports[0]
+	for name, tc := range map[string]struct {
+		content, want, err string
+		notLoaded          bool
+	}{
+		"empty":        {content: "", err: "empty: no xclbin loaded", notLoaded: true},
+		"newline only": {content: "\n", notLoaded: true, err: "empty"},
+		"dashed":       {content: testXclbinDsh + "\n", want: testXclbin},
+		"other slot":   {content: dashedUUID(testXclbin2) + "\n" + testXclbinDsh + "\n", want: testXclbin},
+		"not there":    {content: dashedUUID(testXclbin2) + "\n" + dashedUUID(testAFU) + "\n", want: testXclbin2},
+		"not a UUID":   {content: "garbage\n", err: `id "garbage"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			writeFile(t, filepath.Dir(port.AFUIDPath()), "xclbinuuid", []byte(tc.content))
+			id, err := readXclbinUUID(port, testXclbin)
+			if tc.err != "" {
+				wantErr(t, err, port.AFUIDPath(), tc.err)
+				if errors.Is(err, errNotLoaded) != tc.notLoaded {
+					t.Errorf("error %q matches errNotLoaded: %v, want %v", err, !tc.notLoaded, tc.notLoaded)
+				}
+				return
+			}
+			if err != nil || id != tc.want {
+				t.Errorf("got %q, %v; want %q", id, err, tc.want)
+			}
+		})
+	}
 }

@@ -32,9 +32,11 @@ const DefaultRescanInterval = time.Second
 const racyWindow = time.Second
 
 // Repository indexes the bitstreams below a directory by the IDs in their
-// headers, whatever the files are called. The Intel layout
-// <interfaceID>/<afuID>.gbs (or .aocx) is covered by that: names are only
-// checked against headers, and a mismatch is logged. Files that are not
+// headers, whatever the files are called: GBS and AOCX files by interface
+// and AFU ID, xclbin files by interface UUID and xclbin UUID. The layout
+// <interfaceID>/<afuID>.gbs (or .aocx, or <interfaceUUID>/<xclbinUUID>.xclbin)
+// is covered by that: names are only checked against headers, and a
+// mismatch is logged. Files that are not
 // valid bitstreams, symlinks that leave the directory and entries whose name
 // starts with "." are skipped with a logged reason; one bad file never fails
 // the index.
@@ -157,8 +159,9 @@ func (r *Repository) snapshot() *repoIndex {
 }
 
 // Find returns the preferred bitstream for the interface and AFU IDs (any
-// case, dashed or not): a GBS before an AOCX, then the newest. The error
-// matches ErrNotFound and says what the repository holds for that AFU.
+// case, dashed or not; for an xclbin, its interface UUID and xclbin UUID): a
+// GBS before an AOCX or xclbin, then the newest. The error matches
+// ErrNotFound and says what the repository holds for that AFU.
 func (r *Repository) Find(interfaceID, afuID string) (*Bitstream, error) {
 	ifID, err := discovery.CanonicalID(interfaceID)
 	if err != nil {
@@ -520,12 +523,12 @@ func (r *Repository) refuse(name string, old *fileEntry, fp fingerprint, err err
 	return &fileEntry{fp: fp, err: err}
 }
 
-// checkLayout logs when a file in the Intel layout <interfaceID>/<afuID>.gbs
+// checkLayout logs when a file in the layout <interfaceID>/<afuID>.<format>
 // carries other IDs in its header; the header wins.
 func (r *Repository) checkLayout(bs *Bitstream) {
 	dir, file := filepath.Split(bs.Name)
 	ext := filepath.Ext(file)
-	if ext != ".gbs" && ext != ".aocx" {
+	if ext != "."+string(FormatGBS) && ext != "."+string(FormatAOCX) && ext != "."+string(FormatXclbin) {
 		return
 	}
 	ifID, err1 := discovery.CanonicalID(filepath.Base(dir))

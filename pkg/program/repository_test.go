@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -361,4 +362,65 @@ func TestRepositoryConcurrentUse(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestRepositoryIndexesXclbin keeps xclbin files beside Intel bitstreams
+// under the same rules: indexed by header, found by (interface UUID, xclbin
+// UUID), names checked against headers, links out of the repository
+// refused, names relative to the repository only.
+func TestRepositoryIndexesXclbin(t *testing.T) {
+	outside := writeFile(t, t.TempDir(), "evil.xclbin", xclbinFile(t, testXIf, testXclbin2, 64))
+	dir := t.TempDir()
+	writeFile(t, dir, testIf+"/"+testAFU+".gbs", gbsFile(t, testIf, testAFU, 64))
+	writeFile(t, dir, testXIf+"/"+testXclbin+".xclbin", xclbinFile(t, testXIf, testXclbin, 64))
+	writeFile(t, dir, "alveo/kernels.bin", xclbinFile(t, testIf2, testXclbin, 64))             // misnamed: header wins
+	writeFile(t, dir, testXIf+"/"+testXclbin2+".xclbin", xclbinFile(t, testXIf, testAFU2, 64)) // name disagrees with header
+	writeFile(t, dir, "cut.xclbin", xclbinFile(t, testXIf, testAFU, 64)[:100])                 // truncated
+	if err := os.Symlink(outside, filepath.Join(dir, "escape.xclbin")); err != nil {
+		t.Fatal(err)
+	}
+	r := newTestRepository(t, dir)
+
+	if got, want := names(r.List()), []string{testIf + "/" + testAFU + ".gbs", testXIf + "/" + testXclbin + ".xclbin", testXIf + "/" + testXclbin2 + ".xclbin", "alveo/kernels.bin"}; !slices.Equal(sorted(got), sorted(want)) {
+		t.Fatalf("List = %q, want %q", got, want)
+	}
+	b, err := r.Find(dashedUUID(testXIf), strings.ToUpper(testXclbin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Format != FormatXclbin || b.Name != testXIf+"/"+testXclbin+".xclbin" || b.Platform != testPlatform {
+		t.Errorf("Find = %+v", b)
+	}
+	if b, err := r.Find(testXIf, testAFU2); err != nil || b.Name != testXIf+"/"+testXclbin2+".xclbin" {
+		t.Errorf("Find by header IDs = %+v, %v", b, err)
+	}
+	if b, err := r.Find(testIf2, testXclbin); err != nil || b.Name != "alveo/kernels.bin" {
+		t.Errorf("Find misnamed = %+v, %v", b, err)
+	}
+	_, err = r.Find(testXIf, testXclbin2)
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the xclbin outside the repository: got %v, want ErrNotFound", err)
+	}
+	wantErr(t, err, "2 files were skipped")
+
+	_, err = r.FindByName("escape.xclbin", "")
+	wantErr(t, err, "resolves to "+outside, "outside the repository")
+	_, err = r.FindByName("../"+filepath.Base(filepath.Dir(outside))+"/evil.xclbin", "")
+	wantErr(t, err, `contains ".."`)
+	_, err = r.FindByName(outside, "")
+	wantErr(t, err, "is an absolute path")
+	_, err = r.FindByName("alveo/kernels.bin", testXIf)
+	if !errors.Is(err, ErrInterfaceMismatch) {
+		t.Fatalf("got %v, want ErrInterfaceMismatch", err)
+	}
+	_, err = r.FindByName("cut.xclbin", "")
+	if !errors.Is(err, ErrInvalidBitstream) {
+		t.Fatalf("got %v, want ErrInvalidBitstream", err)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }

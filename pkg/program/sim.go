@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -37,14 +39,23 @@ func SimPayload(afuID string, size int) ([]byte, error) {
 	return b, nil
 }
 
-// SimProgrammer simulates partial reconfiguration on a simulated node. It
-// validates the arguments the kernel validates (port id below the card's
-// PortsNum, a non-empty payload whose length is a multiple of 4; failures
-// wrap syscall.EINVAL), waits Delay and Gate, then writes the AFU ID that
-// starts the payload (see SimPayload) into the port's afu_id file, in the
-// kernel's "%016llx%016llx\n" format, atomically: a temporary file in the
-// same directory renamed over it. A regular file cannot report EBUSY, so
-// afu_id shows the old AFU until the new one replaces it at the end.
+// SimProgrammer simulates programming on a simulated node.
+//
+// For an Intel card it validates the arguments the kernel validates (port
+// id below the card's PortsNum, a non-empty payload whose length is a
+// multiple of 4; failures wrap syscall.EINVAL), waits Delay and Gate, then
+// writes the AFU ID that starts the payload (see SimPayload) into the port's
+// afu_id file, in the kernel's "%016llx%016llx\n" format.
+//
+// For an XRT card (card.Driver is discovery.DriverXRT) the payload is a
+// whole xclbin: it must parse, and its interface UUID must be the card's, as
+// xocl checks (failures wrap syscall.EINVAL); after Delay and Gate the
+// xclbin's UUID is written into port.AFUIDPath() (xclbinuuid) dashed, as
+// xocl prints it.
+//
+// Either file is replaced atomically: a temporary file in the same
+// directory renamed over it. A regular file cannot report EBUSY, so it shows
+// the old ID until the new one replaces it at the end.
 //
 // Unlike the kernel backends it does not serialise ports of one FME: it
 // records what callers do, so tests can check that distinct ports were
@@ -150,13 +161,9 @@ func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port 
 	s.calls[key]++
 	s.mu.Unlock()
 
-	switch {
-	case port.ID < 0 || port.ID >= card.PortsNum:
-		return fmt.Errorf("%w: simulated FME %s: port_id %d is not below ports_num %d: %w", ErrProgramFailed, card.FME.Name, port.ID, card.PortsNum, syscall.EINVAL)
-	case len(payload) == 0 || len(payload)%4 != 0:
-		return fmt.Errorf("%w: simulated FME %s: buffer_size %d is not a positive multiple of 4: %w", ErrProgramFailed, card.FME.Name, len(payload), syscall.EINVAL)
-	case len(payload) < simAFUIDLen:
-		return fmt.Errorf("%w: simulated FME %s: payload of %d bytes is shorter than the %d-byte AFU ID a simulated payload starts with (see SimPayload): %w", ErrProgramFailed, card.FME.Name, len(payload), simAFUIDLen, syscall.EINVAL)
+	content, err := simLoaded(card, port, payload)
+	if err != nil {
+		return err
 	}
 
 	s.begin(key)
@@ -183,10 +190,34 @@ func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port 
 	if err := s.failure(key); err != nil {
 		return fmt.Errorf("%w: simulated partial-reconfiguration error on port %s: %w", ErrProgramFailed, port.Node.Name, err)
 	}
-	if err := writeAFUID(port.AFUIDPath(), payload[:simAFUIDLen]); err != nil {
+	if err := writeSysfsFile(port.AFUIDPath(), content); err != nil {
 		return fmt.Errorf("%w: simulated programming of port %s: %w", ErrProgramFailed, port.Node.Name, err)
 	}
 	return nil
+}
+
+// simLoaded validates a simulated programming's arguments and returns what
+// the port's AFU ID attribute shows once payload is loaded.
+func simLoaded(card *discovery.Card, port *discovery.Port, payload []byte) (string, error) {
+	if card.Driver == discovery.DriverXRT {
+		h, err := parseXclbin("simulated xclbin payload", bytes.NewReader(payload), int64(len(payload)))
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("%w: simulated xocl on %s: %w: %w", ErrProgramFailed, card.PCIAddress, err, syscall.EINVAL)
+		case h.interfaceID != card.InterfaceID:
+			return "", fmt.Errorf("%w: simulated xocl on %s: xclbin interface UUID %s is not the card's %s: %w", ErrProgramFailed, card.PCIAddress, h.interfaceID, card.InterfaceID, syscall.EINVAL)
+		}
+		return dashedUUID(h.uuid) + "\n", nil
+	}
+	switch {
+	case port.ID < 0 || port.ID >= card.PortsNum:
+		return "", fmt.Errorf("%w: simulated FME %s: port_id %d is not below ports_num %d: %w", ErrProgramFailed, card.FME.Name, port.ID, card.PortsNum, syscall.EINVAL)
+	case len(payload) == 0 || len(payload)%4 != 0:
+		return "", fmt.Errorf("%w: simulated FME %s: buffer_size %d is not a positive multiple of 4: %w", ErrProgramFailed, card.FME.Name, len(payload), syscall.EINVAL)
+	case len(payload) < simAFUIDLen:
+		return "", fmt.Errorf("%w: simulated FME %s: payload of %d bytes is shorter than the %d-byte AFU ID a simulated payload starts with (see SimPayload): %w", ErrProgramFailed, card.FME.Name, len(payload), simAFUIDLen, syscall.EINVAL)
+	}
+	return fmt.Sprintf("%016x%016x\n", binary.BigEndian.Uint64(payload[:8]), binary.BigEndian.Uint64(payload[8:16])), nil
 }
 
 func (s *SimProgrammer) begin(key string) {
@@ -222,15 +253,16 @@ func (s *SimProgrammer) failure(key string) error {
 	return s.failPorts[key]
 }
 
-// writeAFUID replaces the afu_id file at path with id in the kernel's
-// format, atomically.
-func writeAFUID(path string, id []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".afu_id-*")
+// writeSysfsFile replaces the simulated sysfs attribute at path with
+// content, atomically. It does not fsync: a simulated sysfs need not survive
+// a crash.
+func writeSysfsFile(path, content string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp := f.Name()
-	_, err = fmt.Fprintf(f, "%016x%016x\n", binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:16]))
+	_, err = f.WriteString(content)
 	if err == nil {
 		err = f.Chmod(0o644)
 	}
@@ -247,27 +279,54 @@ func writeAFUID(path string, id []byte) error {
 	return nil
 }
 
+// simPayloadSize is the size of the simulated bitstreams' payloads.
+const simPayloadSize = 64 << 10
+
 // WriteSimRepository installs into the repository directory dir one GBS
 // per AFU for interfaceID whose payload follows the SimProgrammer
 // convention, so the simulated programmer can load any of them. It returns
 // the installed files.
 func WriteSimRepository(dir, interfaceID string, afuIDs []string) ([]string, error) {
+	return installSim(dir, afuIDs, func(w io.Writer, afu string) error {
+		payload, err := SimPayload(afu, simPayloadSize)
+		if err != nil {
+			return err
+		}
+		return WriteGBS(w, NewGBSMetadata(interfaceID, afu, "sim_"+afu[:min(8, len(afu))]), payload)
+	})
+}
+
+// WriteSimXclbinRepository installs into the repository directory dir one
+// xclbin per UUID in xclbinUUIDs, built for the shell with interfaceID and
+// the platform VBNV platform (partial-reconfiguration mode, a 64 KiB
+// BITSTREAM section), so the simulated programmer can load any of them on a
+// simulated XRT card. It returns the installed files
+// (<dir>/<interfaceID>/<xclbinUUID>.xclbin).
+func WriteSimXclbinRepository(dir, interfaceID, platform string, xclbinUUIDs []string) ([]string, error) {
+	return installSim(dir, xclbinUUIDs, func(w io.Writer, uuid string) error {
+		payload, err := SimPayload(uuid, simPayloadSize)
+		if err != nil {
+			return err
+		}
+		return WriteXclbin(w, XclbinMetadata{InterfaceID: interfaceID, XclbinUUID: uuid, Platform: platform, Mode: XclbinPR}, payload)
+	})
+}
+
+// installSim writes one bitstream per ID with write and installs it into
+// the repository dir.
+func installSim(dir string, ids []string, write func(w io.Writer, id string) error) ([]string, error) {
 	tmp, err := os.MkdirTemp("", "fpga-sim-bitstreams-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	var paths []string
-	for _, afu := range afuIDs {
-		payload, err := SimPayload(afu, 64<<10)
-		if err != nil {
-			return nil, err
-		}
+	for i, id := range ids {
 		var b bytes.Buffer
-		if err := WriteGBS(&b, NewGBSMetadata(interfaceID, afu, "sim_"+afu[:min(8, len(afu))]), payload); err != nil {
+		if err := write(&b, id); err != nil {
 			return nil, err
 		}
-		src := filepath.Join(tmp, afu+".gbs")
+		src := filepath.Join(tmp, strconv.Itoa(i))
 		if err := os.WriteFile(src, b.Bytes(), 0o644); err != nil {
 			return nil, err
 		}

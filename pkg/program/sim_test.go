@@ -5,8 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
+
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -158,4 +161,135 @@ func TestSimProgrammerHonoursContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSimProgrammerXRT loads an xclbin on a simulated Alveo card: the
+// xclbin's UUID lands dashed in xclbinuuid, atomically, and the Intel
+// port_id and 4-byte checks do not apply.
+func TestSimProgrammerXRT(t *testing.T) {
+	card := xrtTestCard(t, testXIf, testXclbin2)
+	port := *card.Ports[0]
+	port.ID = 7 // beyond PortsNum: XRT has no port_id
+	payload := xclbinOf(t, XclbinMetadata{InterfaceID: testXIf, XclbinUUID: testXclbin, Signature: []byte("odd")}, []byte("bits"))
+	if len(payload)%4 == 0 {
+		t.Fatalf("fixture is %d bytes, want one the Intel check would refuse", len(payload))
+	}
+	s := &SimProgrammer{}
+	if err := s.Program(context.Background(), card, &port, payload); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAFUIDFile(t, &port); got != testXclbinDsh+"\n" {
+		t.Errorf("xclbinuuid = %q, want %q", got, testXclbinDsh+"\n")
+	}
+	if id, err := port.ReadAFUID(); err != nil || id != testXclbin {
+		t.Errorf("ReadAFUID = %q, %v", id, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(port.AFUIDPath()))
+	if len(entries) != 1 {
+		t.Errorf("sysfs directory holds %d entries, want xclbinuuid only (no temporary file left)", len(entries))
+	}
+}
+
+func TestSimProgrammerXRTValidatesLikeXocl(t *testing.T) {
+	card := xrtTestCard(t, testXIf, testXclbin2)
+	for name, tc := range map[string]struct {
+		payload []byte
+		want    string
+	}{
+		"GBS payload":     {gbsFile(t, testXIf, testXclbin, 64), `simulated xclbin payload: xclbin magic is "XeonFPGA"`},
+		"empty payload":   {nil, "shorter than the 456-byte xclbin header"},
+		"other interface": {xclbinFile(t, testIf, testXclbin, 64), "xclbin interface UUID " + testIf + " is not the card's " + testXIf},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := (&SimProgrammer{}).Program(context.Background(), card, card.Ports[0], tc.payload)
+			wantErr(t, err, "simulated xocl on "+testUserPF, tc.want)
+			if !errors.Is(err, syscall.EINVAL) || !errors.Is(err, ErrProgramFailed) {
+				t.Errorf("error %q does not match EINVAL and ErrProgramFailed", err)
+			}
+			if got := readAFUIDFile(t, card.Ports[0]); got != dashedUUID(testXclbin2)+"\n" {
+				t.Errorf("xclbinuuid changed to %q", got)
+			}
+		})
+	}
+}
+
+// TestSimProgrammerXRTKeepsControls: FailNext, FailPort, Gate and Overlaps
+// work on XRT cards as on Intel ones.
+func TestSimProgrammerXRTKeepsControls(t *testing.T) {
+	ctx := context.Background()
+	card := xrtTestCard(t, testXIf, "")
+	port := card.Ports[0]
+	payload := xclbinFile(t, testXIf, testXclbin, 64)
+	s := &SimProgrammer{}
+	s.FailNext(syscall.EIO)
+	if err := s.Program(ctx, card, port, payload); !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrProgramFailed) {
+		t.Fatalf("FailNext: got %v, want EIO", err)
+	}
+	s.FailPort(port, syscall.ENODEV)
+	if err := s.Program(ctx, card, port, payload); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("FailPort: got %v, want ENODEV", err)
+	}
+	if got := readAFUIDFile(t, port); got != "" {
+		t.Errorf("failed loads wrote xclbinuuid %q", got)
+	}
+	s.FailPort(port, nil)
+
+	gate := make(chan struct{})
+	started := make(chan struct{}, 2)
+	s.Gate = gate
+	s.OnStart = func(*discovery.Card, *discovery.Port) { started <- struct{}{} }
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- s.Program(ctx, card, port, payload) }()
+	}
+	<-started
+	<-started
+	if s.Overlaps() != 1 || s.MaxConcurrent() != 2 {
+		t.Errorf("Overlaps %d MaxConcurrent %d, want 1 and 2", s.Overlaps(), s.MaxConcurrent())
+	}
+	close(gate)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got := readAFUIDFile(t, port); got != testXclbinDsh+"\n" {
+		t.Errorf("xclbinuuid = %q", got)
+	}
+	if s.Calls(port) != 4 {
+		t.Errorf("Calls = %d, want 4", s.Calls(port))
+	}
+}
+
+func TestWriteSimXclbinRepository(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := WriteSimXclbinRepository(dir, testXIf, testPlatform, []string{testXclbin, testXclbin2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, testXIf, testXclbin+".xclbin"), filepath.Join(dir, testXIf, testXclbin2+".xclbin")}
+	if !slices.Equal(paths, want) {
+		t.Fatalf("paths %q, want %q", paths, want)
+	}
+	r := newTestRepository(t, dir)
+	card := xrtTestCard(t, testXIf, testXclbin2)
+	_, ctx := ktesting.NewTestContext(t)
+	for _, uuid := range []string{testXclbin, testXclbin2} {
+		bs, err := r.Find(testXIf, uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bs.Format != FormatXclbin || bs.Platform != testPlatform || bs.Xclbin.Mode != XclbinPR {
+			t.Errorf("indexed %+v", bs)
+		}
+		// The simulated programmer loads every one of them.
+		if _, err := Load(ctx, &SimProgrammer{}, card, card.Ports[0], bs, LoadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAFUIDFile(t, card.Ports[0]); got != dashedUUID(uuid)+"\n" {
+			t.Errorf("xclbinuuid = %q after loading %s", got, uuid)
+		}
+	}
+	_, err = WriteSimXclbinRepository(dir, testXIf, testPlatform, []string{"nope"})
+	wantErr(t, err, "AFU ID", `"nope"`)
 }
