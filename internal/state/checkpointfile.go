@@ -22,19 +22,24 @@ import (
 // millisecond. A torn write can only damage the slot being written; load
 // takes the newest slot whose checksum holds. Each slot is:
 //
-//	magic "FPGACKP2" | generation uint64 LE | length uint32 LE |
-//	sha256 of the payload (32 bytes) | payload (EncodeCheckpoint's bytes)
+//	magic "FPGACKP3" | generation uint64 LE | length uint32 LE |
+//	sha256 of generation, length and payload (32 bytes) | payload
 //
-// CheckpointFileName is the checkpoint's file name in the plugin data
-// directory.
-const CheckpointFileName = "checkpoint.json"
-
+// The checksum covers the generation, so that a damaged generation can
+// never make an older slot pass for the newest. Release 0.1 wrote magic
+// "FPGACKP2", whose checksum covers the payload alone; such slots are
+// read (and rewritten as FPGACKP3 by the next save).
 const (
-	slotMagic       = "FPGACKP2"
+	slotMagic       = "FPGACKP3"
+	slotMagicV2     = "FPGACKP2"
 	slotHeaderSize  = 8 + 8 + 4 + 32
 	minSlotSize     = 64 << 10
 	maxCheckpointSz = 64 << 20
 )
+
+// CheckpointFileName is the checkpoint's file name in the plugin data
+// directory.
+const CheckpointFileName = "checkpoint.json"
 
 // CheckpointFile is an open two-slot checkpoint file. It is not safe for
 // concurrent use; State serializes saves.
@@ -55,7 +60,7 @@ type slot struct {
 
 // parseSlot reads one slot; valid means its magic and checksum hold.
 func parseSlot(b []byte) slot {
-	if len(b) < slotHeaderSize || string(b[:8]) != slotMagic {
+	if len(b) < slotHeaderSize || !isSlot(b) {
 		return slot{}
 	}
 	s := slot{gen: binary.LittleEndian.Uint64(b[8:16])}
@@ -64,9 +69,28 @@ func parseSlot(b []byte) slot {
 		return s
 	}
 	s.payload = b[slotHeaderSize : slotHeaderSize+n]
-	sum := sha256.Sum256(s.payload)
+	sum := slotChecksum(b[8:20], s.payload)
+	if string(b[:8]) == slotMagicV2 {
+		sum = sha256.Sum256(s.payload)
+	}
 	s.valid = bytes.Equal(sum[:], b[20:52])
 	return s
+}
+
+// isSlot reports whether b starts with a slot's magic (either version).
+func isSlot(b []byte) bool {
+	return bytes.HasPrefix(b, []byte(slotMagic)) || bytes.HasPrefix(b, []byte(slotMagicV2))
+}
+
+// slotChecksum is the checksum of a slot: its generation and length (the
+// 12 header bytes after the magic) and its payload.
+func slotChecksum(genLen, payload []byte) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write(genLen)
+	h.Write(payload)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // slotOffsets lists where a slot may start in a file of n bytes: 0, and
@@ -102,12 +126,12 @@ func ReadCheckpoint(b []byte) (*Checkpoint, uint64, int64, error) {
 	var slots []found
 	var damage []string
 	for _, off := range slotOffsets(n) {
-		if off > 0 && !bytes.HasPrefix(b[off:], []byte(slotMagic)) {
+		if off > 0 && !isSlot(b[off:]) {
 			continue
 		}
 		f := found{off: off, s: parseSlot(b[off:])}
 		switch {
-		case off == 0 && !bytes.HasPrefix(b, []byte(slotMagic)):
+		case off == 0 && !isSlot(b):
 			damage = append(damage, "the first slot's header is missing or overwritten")
 			continue
 		case !f.s.valid:
@@ -258,7 +282,7 @@ func encodeSlot(gen uint64, payload []byte) []byte {
 	copy(b, slotMagic)
 	binary.LittleEndian.PutUint64(b[8:], gen)
 	binary.LittleEndian.PutUint32(b[16:], uint32(len(payload)))
-	sum := sha256.Sum256(payload)
+	sum := slotChecksum(b[8:20], payload)
 	copy(b[20:], sum[:])
 	copy(b[slotHeaderSize:], payload)
 	return b

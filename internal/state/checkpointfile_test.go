@@ -1,6 +1,8 @@
 package state
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -63,26 +65,33 @@ func TestCheckpointFileDamage(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		damage func(b []byte, newest int) []byte
+		// older says the older slot is damaged (generation 3 survives).
+		older bool
 	}{
 		{"torn payload", func(b []byte, n int) []byte {
 			for i := n + slotHeaderSize + 10; i < n+len(b)/2; i++ {
 				b[i] = 0
 			}
 			return b
-		}},
+		}, false},
 		{"intact JSON, wrong checksum", func(b []byte, n int) []byte {
 			b[n+20] ^= 0xff // the stored sha256
 			return b
-		}},
+		}, false},
 		{"payload edited", func(b []byte, n int) []byte {
 			i := strings.Index(string(b[n:]), `"c3"`)
 			b[n+i+2] = '9' // still valid JSON, another claim name
 			return b
-		}},
+		}, false},
 		{"magic overwritten", func(b []byte, n int) []byte {
 			copy(b[n:], "XXXXXXXX")
 			return b
-		}},
+		}, false},
+		{"older slot's generation raised above the newest", func(b []byte, n int) []byte {
+			o := len(b)/2 - n
+			binary.LittleEndian.PutUint64(b[o+8:], 1<<40)
+			return b
+		}, true},
 		{"file truncated into the newest slot", func(b []byte, n int) []byte {
 			if n == 0 {
 				// Make the newest slot the second one: swap the halves.
@@ -91,7 +100,7 @@ func TestCheckpointFileDamage(t *testing.T) {
 				n = half
 			}
 			return b[:n+slotHeaderSize+5]
-		}},
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), CheckpointFileName)
@@ -105,8 +114,12 @@ func TestCheckpointFileDamage(t *testing.T) {
 				t.Fatalf("damaged newest slot: %v, want a loud warning", err)
 			}
 			cf.Close()
-			if len(got.Claims) != 2 || got.Claims["uid-1"] == nil || got.Claims["uid-2"] == nil {
-				t.Fatalf("recovered %v, want exactly generation 2's claims uid-1 and uid-2", got.Claims)
+			want := 2
+			if tc.older {
+				want = 3
+			}
+			if len(got.Claims) != want || got.Claims["uid-1"] == nil || got.Claims["uid-2"] == nil {
+				t.Fatalf("recovered %v, want exactly the %d claims of the newest valid slot", got.Claims, want)
 			}
 			if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
 				t.Fatalf("damaged file not kept aside: %v", aside)
@@ -115,7 +128,7 @@ func TestCheckpointFileDamage(t *testing.T) {
 			}
 			// The rewritten file is sound again.
 			cf, again, err := OpenCheckpoint(path)
-			if err != nil || len(again.Claims) != 2 {
+			if err != nil || len(again.Claims) != want {
 				t.Fatalf("after the rewrite: %v, %d claims", err, len(again.Claims))
 			}
 			cf.Close()
@@ -145,9 +158,19 @@ func TestCheckpointFileNewerVersionUntouched(t *testing.T) {
 
 func TestCheckpointFileMigratesVersion1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), CheckpointFileName)
+	// Release 0.1's slot: magic FPGACKP2, a checksum of the payload alone.
 	old := encodeV1(t, sampleCheckpoint())
-	slotA := append(encodeSlot(4, old), make([]byte, minSlotSize-slotHeaderSize-len(old))...)
-	slotB := append(encodeSlot(3, old), make([]byte, minSlotSize-slotHeaderSize-len(old))...)
+	slotV2 := func(gen uint64) []byte {
+		b := make([]byte, minSlotSize)
+		copy(b, slotMagicV2)
+		binary.LittleEndian.PutUint64(b[8:], gen)
+		binary.LittleEndian.PutUint32(b[16:], uint32(len(old)))
+		sum := sha256.Sum256(old)
+		copy(b[20:], sum[:])
+		copy(b[slotHeaderSize:], old)
+		return b
+	}
+	slotA, slotB := slotV2(4), slotV2(3)
 	if err := os.WriteFile(path, append(slotA, slotB...), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +183,8 @@ func TestCheckpointFileMigratesVersion1(t *testing.T) {
 	}
 	cf.Close()
 	b, _ := os.ReadFile(path)
-	if s := parseSlot(b[newestSlot(b):]); !strings.HasPrefix(string(s.payload), `{"version":2,`) {
-		t.Fatalf("a save after migration wrote %.40q, want version 2", s.payload)
+	if s := parseSlot(b[newestSlot(b):]); !s.valid || !strings.HasPrefix(string(b[newestSlot(b):]), slotMagic) || !strings.HasPrefix(string(s.payload), `{"version":2,`) {
+		t.Fatalf("a save after migration wrote %.40q, want a %s slot of version 2", b[newestSlot(b):], slotMagic)
 	}
 }
 

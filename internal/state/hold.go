@@ -30,27 +30,19 @@ import (
 // hold's record, and its CDI spec, carry afuID.
 func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (Programming, error) {
 	res := Programming{Device: device, AFUID: afuID}
-	j, started, err := s.decideProgramHeld(uid, device, interfaceID, afuID, devs)
-	if err != nil {
+	j, started, err := s.decideProgramHeld(klog.FromContext(ctx), uid, device, interfaceID, afuID, devs)
+	if err != nil || j == nil {
 		return res, err
 	}
 	if started {
 		go s.runJob(j)
 	}
-	if j != nil {
-		select {
-		case <-j.done:
-		case <-ctx.Done():
-			return res, fmt.Errorf("%w: device %s is being programmed with AFU %s; the call was cancelled: %v", ErrInProgress, device, afuID, context.Cause(ctx))
-		}
-		if res = j.result; res.Err != nil {
-			return res, res.Err
-		}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return res, fmt.Errorf("%w: device %s is being programmed with AFU %s; the call was cancelled: %v", ErrInProgress, device, afuID, context.Cause(ctx))
 	}
-	if err := s.recordAFU(uid, device, afuID, j != nil, devs); err != nil {
-		klog.FromContext(ctx).Error(err, "Recording the programmed AFU failed; the region is programmed", "holder", uid, "device", device)
-	}
-	return res, nil
+	return j.result, j.result.Err
 }
 
 // decideProgramHeld is ProgramHeld's critical section: it checks the hold,
@@ -58,7 +50,7 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 // the policy of a claim asking for afuID with programming IfNeeded)
 // whether a new job must program it. j is nil when nothing must be
 // loaded; started says j is new and must be run.
-func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
+func (s *State) decideProgramHeld(logger klog.Logger, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	holder, held := s.holds[device]
@@ -84,15 +76,28 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 	}
 	cfg := &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: interfaceID, Programming: v1alpha1.ProgrammingIfNeeded}
 	p, err := decideDevice(cfg, s.facts(uid, device, card, port, nil, func(types.UID) bool { return false }))
-	if err != nil || !p.Program {
+	switch {
+	case err != nil:
 		return nil, false, err
+	case !p.Program && rec.Devices[idx].AFUID == afuID:
+		return nil, false, nil // loaded and recorded
 	}
 	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
-	return s.newJob(s.ctx, h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p}), true, nil
+	j = s.newJob(s.ctx, h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p})
+	j.then = func(j *job) {
+		if j.result.Err != nil {
+			return
+		}
+		if err := s.recordAFU(uid, device, afuID, j.program, devs); err != nil {
+			logger.Error(err, "Recording the programmed AFU failed; the region is programmed", "holder", uid, "device", device)
+		}
+	}
+	return j, true, nil
 }
 
 // recordAFU notes in a hold's record that device now carries afuID and
-// rewrites the hold's CDI spec to match.
+// rewrites the hold's CDI spec to match. It runs within the job that
+// programmed the device, so a release of the holder waits for it.
 func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, devs *discovery.Result) error {
 	s.mu.Lock()
 	rec := s.cp.Claims[string(uid)]

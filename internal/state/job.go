@@ -32,7 +32,13 @@ type job struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	logger klog.Logger
-	// done is closed once result is set.
+	// program is false for a job that only runs then: the region
+	// already carries afu.
+	program bool
+	// then, when set, runs once the programming is done and before done
+	// closes, so that a release waits for it too.
+	then func(*job)
+	// done is closed once result is set and then has run.
 	done   chan struct{}
 	result Programming
 }
@@ -42,7 +48,7 @@ type job struct {
 // holds mu.
 func (s *State) newJob(ctx context.Context, h Holder, p *plan) *job {
 	ctx, cancel := context.WithCancelCause(ctx)
-	j := &job{cancel: cancel,
+	j := &job{cancel: cancel, program: p.Program,
 		holder: h.UID, device: p.req.Device, afu: p.AFU, cfg: p.req.Config,
 		card: p.card, port: p.port, started: time.Now(), ctx: ctx, done: make(chan struct{}),
 		logger: klog.LoggerWithValues(klog.FromContext(s.ctx), "claim", klog.KRef(h.Namespace, h.Name), "device", p.req.Device, "afuID", p.AFU),
@@ -83,21 +89,28 @@ func (s *State) runJob(j *job) {
 	s.mu.Lock()
 	ok := s.holds[j.device] == j.holder && !s.releasing[j.holder] && j.ctx.Err() == nil
 	s.mu.Unlock()
-	if !ok {
+	switch {
+	case !ok:
 		j.result = Programming{Device: j.device, AFUID: j.afu, Err: fmt.Errorf("device %s: %w", j.device, errReleased)}
 		return
+	case j.program:
+		s.step(StepProgramming, j.holder)
+		j.result = s.program(klog.NewContext(j.ctx, j.logger), j.cfg, j.card, j.port)
+		j.result.Device = j.device
+		s.step(StepProgrammed, j.holder)
+		if j.result.Err != nil {
+			j.logger.Error(j.result.Err, "Programming failed")
+		} else {
+			j.logger.Info("Programmed region", "bitstream", j.result.Bitstream, "duration", j.result.Duration)
+		}
+		if s.cfg.OnProgrammed != nil {
+			s.cfg.OnProgrammed(j.result)
+		}
+	default:
+		j.result = Programming{Device: j.device, AFUID: j.afu}
 	}
-	s.step(StepProgramming, j.holder)
-	j.result = s.program(klog.NewContext(j.ctx, j.logger), j.cfg, j.card, j.port)
-	j.result.Device = j.device
-	s.step(StepProgrammed, j.holder)
-	if j.result.Err != nil {
-		j.logger.Error(j.result.Err, "Programming failed")
-	} else {
-		j.logger.Info("Programmed region", "bitstream", j.result.Bitstream, "duration", j.result.Duration)
-	}
-	if s.cfg.OnProgrammed != nil {
-		s.cfg.OnProgrammed(j.result)
+	if j.then != nil {
+		j.then(j)
 	}
 }
 

@@ -39,9 +39,9 @@ type RestoreReport struct {
 //     nothing is removed as unknown;
 //   - the CDI spec of every completed holder is rewritten (the CDI
 //     directory is often a tmpfs that a reboot emptied);
-//   - with a sound checkpoint, specs of holders it does not know are
-//     removed: a prepare answers only after its record is on disk, so
-//     such a spec was never handed to a container.
+//   - with a sound checkpoint, specs of holders it does not have as
+//     completed are removed: a prepare answers only after its completed
+//     record is on disk, so such a spec was never handed to a container.
 //
 // Everything recovered or kept is logged as an error and reported.
 // Holders whose devices are gone are kept (the kubelet will unprepare
@@ -84,10 +84,10 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 			errs = append(errs, err)
 		}
 		for _, uid := range uids {
-			if _, ok := s.Claim(types.UID(uid)); ok {
+			if rec, ok := s.Claim(types.UID(uid)); ok && rec.Phase == PhaseCompleted {
 				continue
 			}
-			logger.Info("Removing CDI spec of a holder the checkpoint does not have", "uid", uid)
+			logger.Info("Removing CDI spec of a holder the checkpoint does not have as prepared", "uid", uid)
 			if err := s.cfg.CDI.RemoveClaimSpec(uid); err != nil {
 				errs = append(errs, err)
 				continue

@@ -46,6 +46,9 @@ type Options struct {
 	Restart *Node
 	// Programmer defaults to a new SimProgrammer.
 	Programmer *program.SimProgrammer
+	// Backend, when set, is the State's programmer instead of Programmer
+	// (e.g. one wrapping it).
+	Backend program.Programmer
 	// NotProgrammable is --programmable=false.
 	NotProgrammable bool
 	// PrepareWait and ReleaseWait tune the State (its defaults when zero).
@@ -102,12 +105,16 @@ func New(t testing.TB, o Options) *Node {
 	if n.Repository, err = program.NewRepository(ctx, n.RepoDir); err != nil {
 		t.Fatal(err)
 	}
+	var backend program.Programmer = n.Programmer
+	if o.Backend != nil {
+		backend = o.Backend
+	}
 	n.State, n.StateWarning, err = state.New(ctx, state.Config{
 		CheckpointPath: filepath.Join(n.DataDir, state.CheckpointFileName),
 		BootIDPath:     filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"),
 		CDI:            n.CDI,
 		Repository:     n.Repository,
-		Programmer:     n.Programmer,
+		Programmer:     backend,
 		Programmable:   !o.NotProgrammable,
 		PrepareWait:    o.PrepareWait,
 		ReleaseWait:    o.ReleaseWait,

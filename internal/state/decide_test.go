@@ -1,0 +1,108 @@
+package state
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// TestDecideDevice is the decision policy as a table: programming mode x
+// what is loaded x digest pin x reboot x programmable x held.
+func TestDecideDevice(t *testing.T) {
+	const (
+		ifID  = "69528db6eb31577a8c3668f9faa081f6"
+		afuA  = "d8424dc4a4a3c413f89e433683f9040b"
+		afuB  = "f7df405cbd7acf7222f144b0b93acd18"
+		shaX  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+		shaY  = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+		other = "default/other (uid-2)"
+	)
+	cfg := func(mode v1alpha1.ProgrammingPolicy, sha string) *v1alpha1.FpgaConfig {
+		return &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: mode, SHA256: sha}
+	}
+	free := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceID: ifID, Programmable: true, HaveProgrammer: true}
+	with := func(f func(*deviceFacts)) deviceFacts {
+		d := free
+		f(&d)
+		return d
+	}
+	for _, tc := range []struct {
+		name    string
+		cfg     *v1alpha1.FpgaConfig
+		facts   deviceFacts
+		program bool
+		afu     string
+		err     error
+	}{
+		{name: "no config: handed over as loaded", facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB }), afu: afuB},
+		{name: "no config on a forbidding node: still handed over", facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB; f.Programmable = false }), afu: afuB},
+		{name: "held by another holder", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.HeldBy = other }), err: ErrDeviceHeld},
+		{name: "held by a holder being released", facts: with(func(f *deviceFacts) { f.HeldBy = other; f.Releasing = true }), err: ErrDeviceHeld},
+		{name: "interface mismatch", cfg: &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: "11111111111111111111111111111111"}, facts: free, err: program.ErrInterfaceMismatch},
+
+		{name: "Never, loaded", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), afu: afuA},
+		{name: "Never, other AFU loaded", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB }), err: ErrAFUNotLoaded},
+		{name: "Never, nothing readable", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: free, err: ErrAFUNotLoaded},
+		{name: "Never, loaded, after a reboot", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Rebooted = true; f.ProgrammedBefore = true }), afu: afuA},
+		{name: "Never, loaded, node forbids programming", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Programmable = false }), afu: afuA},
+
+		{name: "Always, loaded", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), program: true, afu: afuA},
+		{name: "Always, other loaded", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB }), program: true, afu: afuA},
+		{name: "Always, node forbids programming", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Programmable = false }), err: ErrNotProgrammable},
+		{name: "Always, no programmer", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.HaveProgrammer = false }), err: ErrNotProgrammable},
+
+		{name: "IfNeeded, loaded", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), afu: afuA},
+		{name: "IfNeeded, other loaded", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB }), program: true, afu: afuA},
+		{name: "IfNeeded, nothing readable", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: free, program: true, afu: afuA},
+		{name: "IfNeeded, loaded, pinned digest this driver loaded", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.LoadedSHA = shaX }), afu: afuA},
+		{name: "IfNeeded, loaded, pinned digest loaded from elsewhere", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), program: true, afu: afuA},
+		{name: "IfNeeded, loaded, another digest loaded", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.LoadedSHA = shaY }), program: true, afu: afuA},
+		{name: "IfNeeded, loaded, rebooted since this driver programmed it", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Rebooted = true; f.ProgrammedBefore = true }), program: true, afu: afuA},
+		{name: "IfNeeded, loaded, rebooted, found loaded before", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Rebooted = true }), afu: afuA},
+		{name: "IfNeeded, other loaded, node forbids programming", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB; f.Programmable = false }), err: ErrNotProgrammable},
+		{name: "IfNeeded, loaded, node forbids programming", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Programmable = false }), afu: afuA},
+		{name: "IfNeeded, rebooted, node forbids programming", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) {
+			f.LoadedAFU = afuA
+			f.Rebooted = true
+			f.ProgrammedBefore = true
+			f.Programmable = false
+		}), err: ErrNotProgrammable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decideDevice(tc.cfg, tc.facts)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("error %v, want %v", err, tc.err)
+				}
+				if err.Error() == tc.err.Error() {
+					t.Fatalf("error %q names no device, value or fix", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Program != tc.program || got.AFU != tc.afu {
+				t.Fatalf("plan %+v, want program=%v afu=%s", got, tc.program, tc.afu)
+			}
+		})
+	}
+}
+
+// TestDecideDeviceHeldNamesHolder: a refusal names the holder, and says
+// when it is being released.
+func TestDecideDeviceHeldNamesHolder(t *testing.T) {
+	for _, releasing := range []bool{false, true} {
+		_, err := decideDevice(nil, deviceFacts{Device: "fpga-0000-01-00-0-p0", HeldBy: "ns/a (uid-1)", Releasing: releasing})
+		want := "prepared for ns/a (uid-1)"
+		if releasing {
+			want = "being released (a programming job for it is still running) for ns/a (uid-1)"
+		}
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "fpga-0000-01-00-0-p0") {
+			t.Fatalf("releasing=%v: %v, want it to say %q", releasing, err, want)
+		}
+	}
+}

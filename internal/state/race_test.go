@@ -1,0 +1,311 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// racingNode is a one-port node whose State reports a violation when a
+// region finishes programming for a holder that no longer holds it.
+type racingNode struct {
+	*testnode.Node
+	dev        string
+	devs       *discovery.Result
+	violations atomic.Int64
+	lastBad    atomic.Value
+}
+
+func newRacingNode(t *testing.T) *racingNode {
+	r := &racingNode{}
+	r.Node = testnode.New(t, testnode.Options{
+		Sim:      simnode.Options{Cards: 1},
+		SkipSync: true, // the races are about the lock, not the disk
+		OnStep: func(step state.Step, h types.UID) {
+			if step != state.StepProgrammed {
+				return
+			}
+			if got := r.State.Holders()[r.dev]; got != h {
+				r.violations.Add(1)
+				r.lastBad.Store(fmt.Sprintf("programmed for %s while %q holds the region", h, got))
+			}
+		},
+	})
+	r.devs = r.Devices(t)
+	r.dev = r.devs.Ports()[0].DeviceName()
+	return r
+}
+
+// release unprepares every holder, so the next round starts free.
+func (r *racingNode) release(t *testing.T) {
+	t.Helper()
+	for _, uid := range r.State.Holders() {
+		if err := r.State.Unprepare(context.Background(), uid); err != nil {
+			t.Fatalf("release %s: %v", uid, err)
+		}
+	}
+	if h := r.State.Holders(); len(h) != 0 {
+		t.Fatalf("still held after release: %v", h)
+	}
+}
+
+// race runs a and b at once and returns their errors.
+func race(a, b func() error) (errA, errB error) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); <-start; errA = a() }()
+	go func() { defer wg.Done(); <-start; errB = b() }()
+	close(start)
+	wg.Wait()
+	return errA, errB
+}
+
+// oneWinner checks that exactly one of two prepares won the device and the
+// other was refused naming the winner.
+func oneWinner(t *testing.T, r *racingNode, a, b state.Holder, errA, errB error) {
+	t.Helper()
+	winner, loserErr := a, errB
+	switch {
+	case errA == nil && errB == nil:
+		t.Fatalf("both %s and %s prepared device %s", a.Name, b.Name, r.dev)
+	case errA != nil && errB != nil:
+		t.Fatalf("neither prepared: %v / %v", errA, errB)
+	case errA != nil:
+		winner, loserErr = b, errA
+	}
+	if !errors.Is(loserErr, state.ErrDeviceHeld) || !strings.Contains(loserErr.Error(), winner.Name) {
+		t.Fatalf("loser's error %v, want ErrDeviceHeld naming %s", loserErr, winner.Name)
+	}
+	if got := r.State.Holders()[r.dev]; got != winner.UID {
+		t.Fatalf("device held by %q, want the winner %s", got, winner.UID)
+	}
+}
+
+// rounds is how often each race runs: thousands in all under -race.
+func rounds(t *testing.T, n int) int {
+	if testing.Short() {
+		return n / 10
+	}
+	return n
+}
+
+// TestRaceEntryPoints races every pair of the State's entry points that
+// can meet on one device, many times, and checks after each round that one
+// holder won where one must, that the state, the CDI specs and the
+// checkpoint on disk agree, and that no region finished programming for a
+// holder that had lost it.
+func TestRaceEntryPoints(t *testing.T) {
+	ctx := context.Background()
+	a, b := holder("a"), holder("b")
+	l1, l2 := legacy("one"), legacy("two")
+	newAFU := ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)
+	secondAFU := ask(testnode.SecondAFU, v1alpha1.ProgrammingAlways)
+	for _, tc := range []struct {
+		name   string
+		rounds int
+		setup  func(t *testing.T, r *racingNode)
+		run    func(r *racingNode) (error, error)
+		check  func(t *testing.T, r *racingNode, errA, errB error)
+	}{{
+		name: "two claims prepare one device", rounds: 2000,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); return err },
+				func() error { _, err := r.State.Prepare(ctx, b, request(r.dev, nil), r.devs); return err })
+		},
+		check: func(t *testing.T, r *racingNode, errA, errB error) { oneWinner(t, r, a, b, errA, errB) },
+	}, {
+		name: "two claims program one device", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err },
+				func() error { _, err := r.State.Prepare(ctx, b, request(r.dev, secondAFU), r.devs); return err })
+		},
+		check: func(t *testing.T, r *racingNode, errA, errB error) {
+			oneWinner(t, r, a, b, errA, errB)
+			want := testnode.NewAFU
+			if errA != nil {
+				want = testnode.SecondAFU
+			}
+			if got := afuID(t, r.Node, r.dev); got != want {
+				t.Fatalf("region carries %s, want the winner's %s", got, want)
+			}
+		},
+	}, {
+		name: "one claim prepared twice at once", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			var outs [2]state.Outcome
+			errA, errB := race(
+				func() (err error) { outs[0], err = r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err },
+				func() (err error) { outs[1], err = r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err })
+			if errA == nil && errB == nil && !slices.Equal(outs[0].Devices[0].CDIDeviceIDs, outs[1].Devices[0].CDIDeviceIDs) {
+				return fmt.Errorf("different answers: %v and %v", outs[0].Devices, outs[1].Devices), nil
+			}
+			if len(outs[0].Programmed)+len(outs[1].Programmed) != 1 {
+				return fmt.Errorf("the programming was reported %d times, want once", len(outs[0].Programmed)+len(outs[1].Programmed)), nil
+			}
+			return errA, errB
+		},
+		check: func(t *testing.T, r *racingNode, errA, errB error) {
+			if errA != nil || errB != nil {
+				t.Fatalf("racing prepares of one claim: %v / %v", errA, errB)
+			}
+		},
+	}, {
+		name: "a claim and a legacy allocation", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); return err },
+				func() error {
+					_, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy))
+					return err
+				})
+		},
+		check: func(t *testing.T, r *racingNode, errA, errB error) { oneWinner(t, r, a, l1, errA, errB) },
+	}, {
+		name: "a legacy allocation supersedes another while a claim asks", rounds: 300,
+		setup: func(t *testing.T, r *racingNode) {
+			if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error {
+					_, err := r.State.Prepare(ctx, l2, request(r.dev, nil), r.devs, state.Supersede(isLegacy))
+					return err
+				},
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); return err })
+		},
+		check: func(t *testing.T, r *racingNode, errL2, errA error) {
+			if errL2 != nil || !errors.Is(errA, state.ErrDeviceHeld) {
+				t.Fatalf("superseding legacy allocation: %v; claim: %v, want the claim refused", errL2, errA)
+			}
+			if _, ok := r.State.Claim(l1.UID); ok {
+				t.Fatal("the superseded holder keeps its record")
+			}
+		},
+	}, {
+		name: "prepare and unprepare of one claim", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err },
+				func() error { return r.State.Unprepare(ctx, a.UID) })
+		},
+		check: func(t *testing.T, r *racingNode, errP, errU error) {
+			if errU != nil {
+				t.Fatalf("unprepare: %v", errU)
+			}
+			if errP != nil && !errors.Is(errP, state.ErrReleasing) && !strings.Contains(errP.Error(), "unprepared before programming started") {
+				t.Fatalf("prepare racing its unprepare: %v", errP)
+			}
+		},
+	}, {
+		name: "unprepare of the holder and prepare of another claim", rounds: 300,
+		setup: func(t *testing.T, r *racingNode) {
+			if _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); err != nil {
+				t.Fatal(err)
+			}
+		},
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error { return r.State.Unprepare(ctx, a.UID) },
+				func() error { _, err := r.State.Prepare(ctx, b, request(r.dev, secondAFU), r.devs); return err })
+		},
+		check: func(t *testing.T, r *racingNode, errU, errB error) {
+			if errU != nil {
+				t.Fatalf("unprepare: %v", errU)
+			}
+			switch got := r.State.Holders()[r.dev]; {
+			case errB == nil && got != b.UID:
+				t.Fatalf("b prepared but the device is held by %q", got)
+			case errB != nil && (!errors.Is(errB, state.ErrDeviceHeld) || !strings.Contains(errB.Error(), a.Name) || got != ""):
+				t.Fatalf("b: %v; holder %q: want b refused naming a, and a released", errB, got)
+			}
+		},
+	}, {
+		name: "the programming hook and the holder's unprepare", rounds: 300,
+		setup: func(t *testing.T, r *racingNode) {
+			if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error {
+					_, err := r.State.ProgramHeld(ctx, l1.UID, r.dev, simnode.DefaultInterfaceID, testnode.NewAFU, r.devs)
+					return err
+				},
+				func() error { return r.State.Unprepare(ctx, l1.UID) })
+		},
+		check: func(t *testing.T, r *racingNode, errP, errU error) {
+			if errU != nil {
+				t.Fatalf("unprepare: %v", errU)
+			}
+			if errP != nil && !errors.Is(errP, state.ErrNotHeld) && !errors.Is(errP, state.ErrReleasing) && !strings.Contains(errP.Error(), "unprepared before programming started") {
+				t.Fatalf("programming hook racing the unprepare: %v", errP)
+			}
+		},
+	}, {
+		name: "the programming hook and a superseding allocation", rounds: 300,
+		setup: func(t *testing.T, r *racingNode) {
+			if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error {
+					_, err := r.State.ProgramHeld(ctx, l1.UID, r.dev, simnode.DefaultInterfaceID, testnode.SecondAFU, r.devs)
+					return err
+				},
+				func() error {
+					_, err := r.State.Prepare(ctx, l2, request(r.dev, nil), r.devs, state.Supersede(isLegacy))
+					return err
+				})
+		},
+		check: func(t *testing.T, r *racingNode, errP, errL2 error) {
+			switch got := r.State.Holders()[r.dev]; {
+			case errL2 == nil && got != l2.UID:
+				t.Fatalf("l2 allocated but the device is held by %q", got)
+			case errL2 != nil && (!errors.Is(errL2, state.ErrDeviceHeld) || got != l1.UID || errP != nil):
+				t.Fatalf("l2: %v, hook: %v, holder %q: l2 may only be refused while l1 programs", errL2, errP, got)
+			case errP != nil && !errors.Is(errP, state.ErrNotHeld):
+				t.Fatalf("programming hook: %v", errP)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRacingNode(t)
+			for i := range rounds(t, tc.rounds) {
+				if tc.setup != nil {
+					tc.setup(t, r)
+				}
+				errA, errB := tc.run(r)
+				tc.check(t, r, errA, errB)
+				checkConsistent(t, r.Node)
+				if v := r.violations.Load(); v > 0 {
+					t.Fatalf("round %d: %v", i, r.lastBad.Load())
+				}
+				r.release(t)
+			}
+			if o := r.Programmer.Overlaps(); o > 0 {
+				t.Fatalf("a region was programmed twice at once %d times", o)
+			}
+		})
+	}
+}

@@ -1,0 +1,177 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+)
+
+// stubborn is a backend that cannot be stopped once it started, like the
+// kernel's PR ioctl.
+type stubborn struct{ *program.SimProgrammer }
+
+func (s stubborn) Program(_ context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
+	return s.SimProgrammer.Program(context.Background(), card, port, payload)
+}
+
+// unprepareUntilDone calls Unprepare as the kubelet does: again while it
+// answers ErrReleasing, a bounded number of times.
+func unprepareUntilDone(t *testing.T, st *state.State, uid types.UID) {
+	t.Helper()
+	for range 1000 {
+		err := st.Unprepare(context.Background(), uid)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, state.ErrReleasing) {
+			t.Fatalf("unprepare %s: %v", uid, err)
+		}
+	}
+	t.Fatalf("unprepare %s never finished", uid)
+}
+
+// prepareUntilDone calls Prepare as the kubelet does: again while it
+// answers ErrInProgress, a bounded number of times.
+func prepareUntilDone(t *testing.T, st *state.State, h state.Holder, reqs []state.DeviceRequest, devs *discovery.Result) state.Outcome {
+	t.Helper()
+	for range 1000 {
+		out, err := st.Prepare(context.Background(), h, reqs, devs)
+		if err == nil {
+			return out
+		}
+		if !errors.Is(err, state.ErrInProgress) {
+			t.Fatalf("prepare %s: %v", h, err)
+		}
+	}
+	t.Fatalf("prepare %s never finished", h)
+	return state.Outcome{}
+}
+
+// TestUnprepareWaitsForProgramming: an unprepare of a claim whose
+// programming cannot be stopped answers "still releasing" and keeps the
+// region held until the programming ended; only then does another claim
+// get it, and its programming comes after.
+func TestUnprepareWaitsForProgramming(t *testing.T) {
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	var lastProgrammedFor atomic.Value
+	n := testnode.New(t, testnode.Options{
+		Sim: simnode.Options{Cards: 1}, Programmer: sim, Backend: stubborn{sim},
+		PrepareWait: time.Millisecond, ReleaseWait: time.Millisecond,
+		OnStep: func(step state.Step, h types.UID) {
+			if step == state.StepProgrammed {
+				lastProgrammedFor.Store(h)
+			}
+		},
+	})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	a, b := holder("a"), holder("b")
+	ctx := context.Background()
+
+	_, err := n.State.Prepare(ctx, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs)
+	if !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare with programming held at the gate: %v, want in progress", err)
+	}
+	<-started
+	err = n.State.Unprepare(ctx, a.UID)
+	if !errors.Is(err, state.ErrReleasing) || !strings.Contains(err.Error(), dev) || !strings.Contains(err.Error(), "the kubelet retries") {
+		t.Fatalf("unprepare while programming runs: %v, want ErrReleasing naming the device", err)
+	}
+	if h := n.State.Holders()[dev]; h != a.UID {
+		t.Fatalf("device held by %q while a's programming runs, want a", h)
+	}
+	_, err = n.State.Prepare(ctx, b, request(dev, ask(testnode.SecondAFU, v1alpha1.ProgrammingAlways)), devs)
+	if !errors.Is(err, state.ErrDeviceHeld) || !strings.Contains(err.Error(), "being released") || !strings.Contains(err.Error(), a.Name) {
+		t.Fatalf("another claim while a is released: %v, want it refused naming a, being released", err)
+	}
+	if _, err := n.State.Prepare(ctx, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); !errors.Is(err, state.ErrReleasing) {
+		t.Fatalf("a prepared again while being released: %v", err)
+	}
+
+	close(gate) // the programming ends
+	unprepareUntilDone(t, n.State, a.UID)
+	if got := afuID(t, n, dev); got != testnode.NewAFU {
+		t.Fatalf("region carries %s after a's programming ended, want %s", got, testnode.NewAFU)
+	}
+	prepareUntilDone(t, n.State, b, request(dev, ask(testnode.SecondAFU, v1alpha1.ProgrammingAlways)), devs)
+	if got := afuID(t, n, dev); got != testnode.SecondAFU || lastProgrammedFor.Load() != b.UID {
+		t.Fatalf("region carries %s, last programmed for %v: want b's %s last", got, lastProgrammedFor.Load(), testnode.SecondAFU)
+	}
+	if o := sim.Overlaps(); o != 0 {
+		t.Fatalf("the region was programmed twice at once")
+	}
+	checkConsistent(t, n)
+}
+
+// TestUnprepareCancelsProgramming: a backend that can stop is stopped; the
+// unprepare then succeeds at once and the region keeps what it carried.
+func TestUnprepareCancelsProgramming(t *testing.T) {
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: make(chan struct{}), OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim, PrepareWait: time.Millisecond})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	before := afuID(t, n, dev)
+	a := holder("a")
+	if _, err := n.State.Prepare(context.Background(), a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare: %v, want in progress", err)
+	}
+	<-started
+	if err := n.State.Unprepare(context.Background(), a.UID); err != nil {
+		t.Fatalf("unprepare of a claim whose programming can be cancelled: %v", err)
+	}
+	if got := afuID(t, n, dev); got != before {
+		t.Fatalf("region carries %s after the cancelled programming, want the earlier %s", got, before)
+	}
+	if len(n.State.Holders()) != 0 {
+		t.Fatalf("held after the unprepare: %v", n.State.Holders())
+	}
+	checkConsistent(t, n)
+}
+
+// TestNoProgrammingForAReleasedHolder: a claim unprepared after its hold
+// was recorded but before its programming started is never programmed.
+func TestNoProgrammingForAReleasedHolder(t *testing.T) {
+	a := holder("a")
+	var n *testnode.Node
+	var unprepared error
+	n = testnode.New(t, testnode.Options{
+		Sim: simnode.Options{Cards: 1}, ReleaseWait: time.Nanosecond,
+		OnStep: func(step state.Step, h types.UID) {
+			if step == state.StepStarted && h == a.UID {
+				// The kubelet's unprepare arrives between the record and
+				// the programming: it marks the release and answers
+				// "still releasing" at once (ReleaseWait is tiny).
+				unprepared = n.State.Unprepare(context.Background(), a.UID)
+			}
+		},
+	})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	_, err := n.State.Prepare(context.Background(), a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs)
+	if err == nil || !strings.Contains(err.Error(), "unprepared before programming started") {
+		t.Fatalf("prepare of a claim released before programming: %v", err)
+	}
+	if !errors.Is(unprepared, state.ErrReleasing) {
+		t.Fatalf("the first unprepare: %v, want still releasing", unprepared)
+	}
+	if calls := n.Programmer.TotalCalls(); calls != 0 {
+		t.Fatalf("the region was programmed %d times for a released claim", calls)
+	}
+	unprepareUntilDone(t, n.State, a.UID)
+	checkConsistent(t, n)
+}
