@@ -33,7 +33,7 @@ type runFlags struct {
 	programmer                       string
 	simProgramDelay                  time.Duration
 	prepareWait                      time.Duration
-	refreshInterval                  time.Duration
+	refreshInterval, readTimeout     time.Duration
 	programmable                     bool
 	kubeAPIQPS                       float32
 	kubeAPIBurst                     int
@@ -82,6 +82,7 @@ func newRunCommand() *cobra.Command {
 	fs.DurationVar(&f.prepareWait, "prepare-wait", 20*time.Second, "how long one prepare call waits for programming before it reports \"in progress\" (the kubelet gives a call 45s)")
 	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "boot ID file; <root>/proc/sys/kernel/random/boot_id when it exists, else /proc/sys/kernel/random/boot_id")
 	fs.DurationVar(&f.refreshInterval, "refresh-interval", 30*time.Second, "how often IDs, error registers and device nodes are re-read")
+	fs.DurationVar(&f.readTimeout, "sysfs-read-timeout", discovery.DefaultReadTimeout, "how long the sysfs reads of one card may take in one pass; a card whose read hangs longer is reported unhealthy and not read again until that read returns")
 	fs.BoolVar(&f.programmable, "programmable", true, "allow partial reconfiguration on this node")
 	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second; the helper reads every claim it prepares")
 	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
@@ -125,6 +126,7 @@ func newRunCommand() *cobra.Command {
 		"sim-program-delay":      "SIM_PROGRAM_DELAY",
 		"prepare-wait":           "PREPARE_WAIT",
 		"refresh-interval":       "REFRESH_INTERVAL",
+		"sysfs-read-timeout":     "SYSFS_READ_TIMEOUT",
 		"kube-api-qps":           "KUBE_API_QPS",
 		"kube-api-burst":         "KUBE_API_BURST",
 	})
@@ -170,13 +172,13 @@ func run(ctx context.Context, f runFlags) error {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	scanner := &discovery.Scanner{Root: f.root, Force: force}
+	scanner := &discovery.Scanner{Root: f.root, Force: force, ReadTimeout: f.readTimeout}
 	st, err := newState(ctx, f, client)
 	if err != nil {
 		return err
 	}
 	// Restore CDI specs and holds before the kubelet can call us.
-	initial, err := scanner.Scan()
+	initial, err := scanner.ScanContext(ctx)
 	if err != nil {
 		return fmt.Errorf("discover devices: %w", err)
 	}

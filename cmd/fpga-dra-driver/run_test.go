@@ -11,6 +11,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
 // TestStopWhileStarting: a daemon told to stop while it still waits for an
@@ -70,5 +75,58 @@ current-context: c
 	}
 	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("after the stop, reading the connection of %s %s gave %v: the daemon waited for its request to fail instead of stopping", req.Method, req.URL, err)
+	}
+}
+
+// TestStopWhileDiscoveryIsStuck: a daemon whose discovery hangs on a
+// wedged sysfs attribute (a FIFO no one writes) still stops cleanly when
+// told to.
+func TestStopWhileDiscoveryIsStuck(t *testing.T) {
+	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	afu := filepath.Join(sim.Cards[0].Ports[0].SysfsPath, "afu_id")
+	if err := os.Remove(afu); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(afu, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.MkdirTemp("", "stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := newRootCommand()
+	cmd.SetContext(ctx)
+	cmd.SetArgs([]string{"run", "--node-name", "worker-1", "--kubeconfig", kubeconfig, "--mode", "dra",
+		"--root", sim.Root, "--plugin-dir", filepath.Join(base, "p"), "--registrar-dir", filepath.Join(base, "r"),
+		"--cdi-dir", filepath.Join(base, "cdi"), "--bitstream-dir", filepath.Join(base, "bs"), "--programmer", "sim",
+		"--uevent-source", "none", "--sysfs-read-timeout", "1h"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	// A writer's open returns once discovery opened the FIFO for reading:
+	// discovery is then stuck in its read.
+	w, err := os.OpenFile(afu, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cancel() // what SIGTERM does through signal.NotifyContext
+	if err := <-done; err != nil {
+		t.Fatalf("run stopped while discovery was stuck with %v, want a clean exit", err)
 	}
 }

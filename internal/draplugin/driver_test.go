@@ -248,6 +248,7 @@ func TestFailedPublishIsRetried(t *testing.T) {
 // the first health report lists the node's device, and nothing crashes.
 func TestKubeletCallsBeforeFirstDiscovery(t *testing.T) {
 	ctx, n, cfg := newNode(t, nodeOptions{sim: simnode.Options{Cards: 1}})
+	cfg.Scanner.ReadTimeout = time.Hour // the test, not a timeout, lets the first pass finish
 	afu := filepath.Join(n.sim.Cards[0].Ports[0].SysfsPath, "afu_id")
 	id, err := os.ReadFile(afu)
 	if err != nil {

@@ -156,29 +156,15 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 	return d
 }
 
-// TaintValue condenses a health verdict into a label value (at most 63
-// characters of [A-Za-z0-9._-], starting and ending alphanumeric) that tells
-// an admin the first reason at a glance.
+// TaintValue is the value of an unhealthy device's taint: its first
+// cause ("read-of-afu_id-timed-out", "port-errors-0x4"), a valid label
+// value an admin reads at a glance; the full reasons go to the kubelet's
+// health stream and the driver's log.
 func TaintValue(h discovery.Health) string {
-	if len(h.Reasons) == 0 {
-		return "unknown"
+	if c := h.Cause(); c != "" {
+		return c
 	}
-	var b strings.Builder
-	dash := false
-	for _, r := range h.Reasons[0] {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
-		if ok {
-			b.WriteRune(r)
-			dash = false
-		} else if !dash && b.Len() > 0 {
-			b.WriteByte('-')
-			dash = true
-		}
-		if b.Len() >= 63 {
-			break
-		}
-	}
-	return strings.TrimRight(b.String()[:min(b.Len(), 63)], "-")
+	return "unknown"
 }
 
 // Resources is what the driver publishes for a node: one pool named after

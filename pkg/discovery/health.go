@@ -1,12 +1,15 @@
 package discovery
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,11 +21,11 @@ import (
 func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 	h := Health{Healthy: true}
 	if c.InterfaceID == AllF {
-		h.fail("interface ID of card %s is all-f: the PR region is unusable", c.PCIAddress)
+		h.fail("interface-id-all-f", "interface ID of card %s is all-f: the PR region is unusable", c.PCIAddress)
 	}
 	for _, name := range l.fmeErrors {
 		if v := errorValue(fme, "errors/"+name); v != 0 {
-			h.fail("FME %s of card %s is 0x%x", name, c.PCIAddress, v)
+			h.fail(fmt.Sprintf("fme-%s-0x%x", name, v), "FME %s of card %s is 0x%x", name, c.PCIAddress, v)
 		}
 	}
 	hwmonOK := true
@@ -36,7 +39,7 @@ func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 			}
 		}
 		if ok && t >= c.tempCrit {
-			h.fail("card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, c.tempCrit/1000)
+			h.fail("overheat", "card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, c.tempCrit/1000)
 		}
 		hwmonOK = ok
 	}
@@ -58,16 +61,16 @@ func millidegrees(fme sysDir, path string) (int64, bool) {
 // without a hot-plug event, adding the card's own problems. prev is the
 // port's AFU ID from an earlier pass: while a port is being reprogrammed the
 // kernel answers EBUSY for afu_id, and the earlier value stands.
-func (l layout) check(c *Card, card Health, p *Port, prev string) {
+func (l layout) check(c *Card, card Health, p *Port, prev string, tr *tracker) {
 	d, err := openSysDir(p.Node.SysfsPath)
 	if err != nil {
 		p.AFUID = ""
 		p.Health = Health{}
-		p.Health.fail("port %s is gone: %v", p.Node.Name, err)
+		p.Health.fail("port-gone", "port %s is gone: %v", p.Node.Name, err)
 		return
 	}
 	defer d.close()
-	l.checkIn(d, c, card, p, prev)
+	l.checkIn(d.tracked(tr), c, card, p, prev)
 }
 
 // checkIn is check on the port's open sysfs directory.
@@ -79,21 +82,18 @@ func (l layout) checkIn(d sysDir, c *Card, card Health, p *Port, prev string) {
 		p.AFUID = prev
 	case err != nil:
 		p.AFUID = ""
-		p.Health.fail("afu_id unreadable: %v", err)
+		p.Health.fail("afu_id-unreadable", "afu_id unreadable: %v", err)
 	default:
 		p.AFUID = afu
 		if afu == AllF {
-			p.Health.fail("afu_id is all-f: the accelerator function is unusable")
+			p.Health.fail("afu_id-all-f", "afu_id is all-f: the accelerator function is unusable")
 		}
 	}
 	checkNode(&p.Health, p.Node)
 	if v := errorValue(d, "errors/errors"); v != 0 {
-		p.Health.fail("port errors register is 0x%x", v)
+		p.Health.fail(fmt.Sprintf("port-errors-0x%x", v), "port errors register is 0x%x", v)
 	}
-	if !card.Healthy {
-		p.Health.Healthy = false
-		p.Health.Reasons = append(p.Health.Reasons, card.Reasons...)
-	}
+	p.Health.add(card)
 }
 
 // checkNode verifies a device node exists below the root as a character
@@ -101,15 +101,15 @@ func (l layout) checkIn(d sysDir, c *Card, card Health, p *Port, prev string) {
 func checkNode(h *Health, n DevNode) {
 	var st unix.Stat_t
 	if err := unix.Stat(n.HostPath, &st); err != nil {
-		h.fail("device node %s: %v", n.Path, err)
+		h.fail("device-node-missing", "device node %s: %v", n.Path, err)
 		return
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		h.fail("device node %s is not a character device", n.Path)
+		h.fail("device-node-not-char", "device node %s is not a character device", n.Path)
 		return
 	}
 	if maj, min := unix.Major(st.Rdev), unix.Minor(st.Rdev); maj != n.Major || min != n.Minor {
-		h.fail("device node %s is %d:%d, sysfs says %d:%d", n.Path, maj, min, n.Major, n.Minor)
+		h.fail("device-node-mismatch", "device node %s is %d:%d, sysfs says %d:%d", n.Path, maj, min, n.Major, n.Minor)
 	}
 }
 
@@ -142,24 +142,80 @@ func layoutOf(d KernelDriver) (layout, error) {
 // and device nodes. It never walks the tree. It returns a new result and
 // whether any published field (AFU ID, interface ID, health) changed.
 func (s *Scanner) Refresh(old *Result) (*Result, bool) {
+	return s.RefreshContext(context.Background(), old)
+}
+
+// RefreshContext is Refresh that gives up when ctx ends (returning old,
+// unchanged).
+func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, bool) {
 	l, err := layoutOf(old.Driver)
 	if err != nil {
 		return old, false
 	}
+	timeout := s.readTimeout()
+	stuck := s.stuckCards()
 	res := &Result{Driver: old.Driver, Errors: old.Errors, Cards: make([]*Card, len(old.Cards))}
 	changes := make([]bool, len(old.Cards))
-	parallel(len(old.Cards), func(i int) { res.Cards[i], changes[i] = l.refresh(old.Cards[i]) })
+	stall := func(i int, r stuckRead) {
+		res.Cards[i] = stalled(old.Cards[i], r, timeout)
+		for k, p := range res.Cards[i].Ports {
+			changes[i] = changes[i] || p.Health.String() != old.Cards[i].Ports[k].Health.String()
+		}
+	}
+	var todo []int
+	for i, c := range old.Cards {
+		if r, ok := stuck[c.PCIPath]; ok {
+			stall(i, r)
+			continue
+		}
+		todo = append(todo, i)
+	}
+	type refreshed struct {
+		card    *Card
+		changed bool
+	}
+	trackers := make([]*tracker, len(todo))
+	for k := range trackers {
+		trackers[k] = &tracker{}
+	}
+	returned := make([]atomic.Bool, len(todo))
+	results, done, _ := boundedMap(ctx, len(todo), timeout,
+		func(k int) refreshed {
+			c, changed := l.refresh(old.Cards[todo[k]], trackers[k])
+			return refreshed{c, changed}
+		},
+		func(k int, _ refreshed) {
+			returned[k].Store(true)
+			s.setStuck(old.Cards[todo[k]].PCIPath, stuckRead{}, false)
+		})
+	if ctx.Err() != nil {
+		return old, false
+	}
+	for k, i := range todo {
+		if done[k] {
+			res.Cards[i], changes[i] = results[k].card, results[k].changed
+			continue
+		}
+		r := stuckRead{attr: trackers[k].current(), since: time.Now()}
+		s.setStuck(old.Cards[i].PCIPath, r, true)
+		if returned[k].Load() {
+			s.setStuck(old.Cards[i].PCIPath, stuckRead{}, false)
+		}
+		stall(i, r)
+	}
+	s.remember(res)
 	return res, slices.Contains(changes, true)
 }
 
-// refresh is Refresh for one card.
-func (l layout) refresh(oc *Card) (*Card, bool) {
+// refresh is Refresh for one card, noting its reads in tr.
+func (l layout) refresh(oc *Card, tr *tracker) (*Card, bool) {
 	c := *oc
 	c.Ports = make([]*Port, len(oc.Ports))
 	var card Health
 	if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
-		card = Health{Reasons: []string{fmt.Sprintf("FME of card %s is gone: %v", c.PCIAddress, err)}}
+		card.fail("fme-gone", "FME of card %s is gone: %v", c.PCIAddress, err)
 	} else {
+		fme = fme.tracked(tr)
 		id, err := fme.readIDPath(c.interfaceIDFile)
 		if err == nil {
 			c.InterfaceID = id
@@ -169,14 +225,14 @@ func (l layout) refresh(oc *Card) (*Card, bool) {
 		// the earlier ID stands; otherwise a card whose interface ID
 		// cannot be read has no usable region.
 		if err != nil && !errors.Is(err, syscall.EBUSY) {
-			card.fail("interface ID of card %s unreadable: %v", c.PCIAddress, err)
+			card.fail("interface-id-unreadable", "interface ID of card %s unreadable: %v", c.PCIAddress, err)
 		}
 		fme.close()
 	}
 	changed := c.InterfaceID != oc.InterfaceID
 	for i, op := range oc.Ports {
 		p := *op
-		l.check(&c, card, &p, op.AFUID)
+		l.check(&c, card, &p, op.AFUID, tr)
 		if p.AFUID != op.AFUID || p.Health.String() != op.Health.String() {
 			changed = true
 		}

@@ -117,6 +117,11 @@ type Health struct {
 	Healthy bool
 	// Reasons says, in words, why a device is unhealthy; empty when healthy.
 	Reasons []string
+	// Causes names each reason's cause in a few words that are a valid
+	// label value ([A-Za-z0-9._-], at most 63 characters, alphanumeric at
+	// both ends), e.g. "read-of-afu_id-timed-out": what a device taint
+	// says. Causes[i] belongs to Reasons[i].
+	Causes []string
 }
 
 // String renders "healthy" or the joined reasons.
@@ -127,9 +132,29 @@ func (h Health) String() string {
 	return strings.Join(h.Reasons, "; ")
 }
 
-func (h *Health) fail(format string, args ...any) {
+// Cause is the first cause ("" when healthy).
+func (h Health) Cause() string {
+	if len(h.Causes) == 0 {
+		return ""
+	}
+	return h.Causes[0]
+}
+
+// fail marks the device unhealthy for cause, described by format.
+func (h *Health) fail(cause, format string, args ...any) {
 	h.Healthy = false
+	h.Causes = append(h.Causes, cause)
 	h.Reasons = append(h.Reasons, fmt.Sprintf(format, args...))
+}
+
+// add adds other's reasons to h.
+func (h *Health) add(other Health) {
+	if other.Healthy {
+		return
+	}
+	h.Healthy = false
+	h.Reasons = append(h.Reasons, other.Reasons...)
+	h.Causes = append(h.Causes, other.Causes...)
 }
 
 // DeviceName is the stable DNS label under which the port is published:

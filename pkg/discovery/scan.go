@@ -1,15 +1,19 @@
 package discovery
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -101,9 +105,73 @@ type Scanner struct {
 	Root string
 	// Force selects a kernel driver instead of detecting it; "" detects.
 	Force KernelDriver
+	// ReadTimeout bounds how long the reads of one card may take in one
+	// Scan or Refresh; DefaultReadTimeout when zero. A card whose read
+	// outlasts it is reported unhealthy ("read of afu_id timed out"), the
+	// others are read on, and the card is not read again until the
+	// stalled read returns.
+	ReadTimeout time.Duration
 
 	mu    sync.Mutex
 	known *known
+	// stuck holds the cards (by PCI directory) whose reads outlasted
+	// ReadTimeout and have not returned yet; last the latest card of each
+	// PCI directory a pass produced.
+	stuck map[string]stuckRead
+	last  map[string]*Card
+}
+
+func (s *Scanner) readTimeout() time.Duration {
+	if s.ReadTimeout > 0 {
+		return s.ReadTimeout
+	}
+	return DefaultReadTimeout
+}
+
+// stuckCards returns a copy of the cards whose reads are stuck.
+func (s *Scanner) stuckCards() map[string]stuckRead {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.stuck)
+}
+
+// setStuck records (or, with a zero r, clears) a stuck card.
+func (s *Scanner) setStuck(pciPath string, r stuckRead, stuck bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !stuck {
+		delete(s.stuck, pciPath)
+		return
+	}
+	if s.stuck == nil {
+		s.stuck = map[string]stuckRead{}
+	}
+	s.stuck[pciPath] = r
+}
+
+// remember keeps res's cards for the passes that find them stuck.
+func (s *Scanner) remember(res *Result) {
+	last := make(map[string]*Card, len(res.Cards))
+	for _, c := range res.Cards {
+		last[c.PCIPath] = c
+	}
+	s.mu.Lock()
+	s.last = last
+	s.mu.Unlock()
+}
+
+// stalled is the card at pciPath, last seen as c (nil when never), while a
+// read of it is stuck: its ports unhealthy, everything else as last seen.
+func stalled(c *Card, r stuckRead, timeout time.Duration) *Card {
+	h := r.health(c.PCIAddress, timeout)
+	out := *c
+	out.Ports = make([]*Port, len(c.Ports))
+	for i, p := range c.Ports {
+		q := *p
+		q.Health = h
+		out.Ports[i] = &q
+	}
+	return &out
 }
 
 // known is what a scan learned that stays true while a device exists.
@@ -150,10 +218,14 @@ func (s *Scanner) Detect() KernelDriver {
 	return DriverNone
 }
 
-// Scan walks the tree once. Unusable cards and ports are reported in
-// Result.Errors and left out; an error is returned only when the root or
-// the class directory of the detected driver cannot be read.
-func (s *Scanner) Scan() (*Result, error) {
+// Scan walks the tree once (ScanContext without a deadline).
+func (s *Scanner) Scan() (*Result, error) { return s.ScanContext(context.Background()) }
+
+// ScanContext walks the tree once. Unusable cards and ports are reported
+// in Result.Errors and left out; a card whose read is stuck is reported
+// unhealthy (see ReadTimeout). An error is returned only when the root or
+// the class directory of the detected driver cannot be read, or ctx ended.
+func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
 	res := &Result{Driver: s.Detect()}
 	var l layout
 	switch res.Driver {
@@ -176,7 +248,7 @@ func (s *Scanner) Scan() (*Result, error) {
 	if old == nil {
 		old = &known{}
 	}
-	w := walker{root: s.Root, l: l, old: old, next: &known{
+	w := walker{ctx: ctx, sc: s, root: s.Root, l: l, old: old, next: &known{
 		links: map[dirKey]string{},
 		cards: map[dirKey]*cardStatic{},
 		ports: map[dirKey]*portStatic{},
@@ -187,10 +259,13 @@ func (s *Scanner) Scan() (*Result, error) {
 	s.mu.Lock()
 	s.known = w.next
 	s.mu.Unlock()
+	s.remember(res)
 	return res, nil
 }
 
 type walker struct {
+	ctx  context.Context
+	sc   *Scanner
 	root string
 	l    layout
 	// old is read by the workers and never written; next is written only
@@ -210,6 +285,13 @@ type cardPlan struct {
 	// the class directory.
 	interfaceIDFiles []string
 	ports            []portPlan
+	// owned are the listings whose open directories the plan reads
+	// through; tr notes what its reads are at.
+	owned []int
+	tr    *tracker
+	// stalled is, when the card's read is stuck, the card as last seen
+	// with its ports unhealthy (err says why when it was never seen).
+	stalled *Card
 
 	card       *Card
 	static     *cardStatic
@@ -264,9 +346,14 @@ func (w *walker) walk(res *Result) error {
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	listed := make([]listing, len(entries))
+	// Listings read by a card whose read was abandoned are closed by that
+	// read once it returns (see readBounded).
+	handedOver := make([]bool, len(entries))
 	defer func() {
-		for _, l := range listed {
-			l.d.close()
+		for i, l := range listed {
+			if !handedOver[i] {
+				l.d.close()
+			}
 		}
 	}()
 	parallel(len(entries), func(i int) { listed[i] = w.list(cd, classDir, entries[i]) })
@@ -283,7 +370,7 @@ func (w *walker) walk(res *Result) error {
 		return p
 	}
 	prRegions := map[string][]string{} // FME dir -> compat_id files
-	for _, l := range listed {
+	for li, l := range listed {
 		if l.err != nil {
 			res.Errors = append(res.Errors, l.err)
 			continue
@@ -295,6 +382,14 @@ func (w *walker) walk(res *Result) error {
 		}
 		if l.fme == nil && len(l.ports) == 0 {
 			continue // a PR-region directory, not a card
+		}
+		owner := l.pciPath
+		if l.fme == nil && l.physfnErr == nil {
+			owner = l.physfn
+		}
+		if p := plans[owner]; p != nil || l.fme != nil || l.physfnErr == nil {
+			p = plan(owner)
+			p.owned = append(p.owned, li)
 		}
 		if l.fme != nil {
 			p := plan(l.pciPath)
@@ -319,9 +414,21 @@ func (w *walker) walk(res *Result) error {
 	}
 	for _, p := range order {
 		p.interfaceIDFiles = prRegions[p.fme.path]
+		p.tr = &tracker{}
+		p.fme = p.fme.tracked(p.tr)
+		for i := range p.ports {
+			p.ports[i].dir = p.ports[i].dir.tracked(p.tr)
+		}
 	}
-	parallel(len(order), func(i int) { w.read(order[i]) })
+	w.readBounded(order, listed, handedOver)
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("discovery stopped: %w", context.Cause(w.ctx))
+	}
 	for _, p := range order {
+		if p.stalled != nil {
+			res.Cards = append(res.Cards, p.stalled)
+			continue
+		}
 		if p.static != nil && p.fmeKey.ino != 0 {
 			w.next.cards[p.fmeKey] = p.static
 		}
@@ -339,6 +446,72 @@ func (w *walker) walk(res *Result) error {
 	}
 	sort.Slice(res.Cards, func(i, j int) bool { return res.Cards[i].PCIAddress < res.Cards[j].PCIAddress })
 	return nil
+}
+
+// readBounded reads every plan's card (see read), each within the
+// scanner's read timeout. A plan whose read outlasts it, or whose card's
+// read is still stuck from an earlier pass, is not waited for: it gets
+// stalled (or err, for a card never seen), and the listings it reads
+// through are handed over to its read, which closes them and clears the
+// card's stuck mark once it returns.
+func (w *walker) readBounded(order []*cardPlan, listed []listing, handedOver []bool) {
+	timeout := w.sc.readTimeout()
+	stuck := w.sc.stuckCards()
+	w.sc.mu.Lock()
+	last := w.sc.last
+	w.sc.mu.Unlock()
+	stall := func(p *cardPlan, r stuckRead) {
+		if c := last[p.pciPath]; c != nil {
+			p.stalled = stalled(c, r, timeout)
+			return
+		}
+		p.err = timedOut(filepath.Base(p.pciPath), r.attr, timeout)
+	}
+	var todo []int
+	for i, p := range order {
+		if r, ok := stuck[p.pciPath]; ok {
+			stall(p, r)
+			continue
+		}
+		todo = append(todo, i)
+	}
+	returned := make([]atomic.Bool, len(todo))
+	results, done, left := boundedMap(w.ctx, len(todo), timeout,
+		func(k int) cardPlan {
+			q := *order[todo[k]]
+			q.ports = slices.Clone(q.ports)
+			w.read(&q)
+			return q
+		},
+		func(k int, q cardPlan) {
+			for _, li := range q.owned {
+				listed[li].d.close()
+			}
+			returned[k].Store(true)
+			w.sc.setStuck(q.pciPath, stuckRead{}, false)
+		})
+	for k, i := range todo {
+		p := order[i]
+		switch {
+		case done[k]:
+			*p = results[k]
+			continue
+		case left[k]:
+			for _, li := range p.owned {
+				handedOver[li] = true
+			}
+		}
+		if w.ctx.Err() != nil {
+			continue // the pass is discarded
+		}
+		r := stuckRead{attr: p.tr.current(), since: time.Now()}
+		w.sc.setStuck(p.pciPath, r, true)
+		if returned[k].Load() {
+			// It returned meanwhile: it may have cleared the mark first.
+			w.sc.setStuck(p.pciPath, stuckRead{}, false)
+		}
+		stall(p, r)
+	}
 }
 
 // list resolves one class directory entry and lists the card-level

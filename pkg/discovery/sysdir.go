@@ -19,6 +19,8 @@ type sysDir struct {
 	rel   string // "" or this directory's path from fd, ending in "/"
 	path  string // this directory's path, for errors
 	owned bool   // whether close closes fd
+	// tr, when set, notes every attribute read (see tracker).
+	tr *tracker
 }
 
 func openSysDir(path string) (sysDir, error) {
@@ -33,7 +35,13 @@ func openSysDir(path string) (sysDir, error) {
 // open directory. It makes no system call; the view is valid while d is
 // open, and closing it does nothing.
 func (d sysDir) sub(name string) sysDir {
-	return sysDir{fd: d.fd, rel: d.rel + name + "/", path: d.path + "/" + name}
+	return sysDir{fd: d.fd, rel: d.rel + name + "/", path: d.path + "/" + name, tr: d.tr}
+}
+
+// tracked returns d noting its reads in tr.
+func (d sysDir) tracked(tr *tracker) sysDir {
+	d.tr = tr
+	return d
 }
 
 // ancestor returns a view of the directory at path, an ancestor of d's
@@ -49,13 +57,13 @@ func (d sysDir) ancestor(path string) (sysDir, bool) {
 		}
 	}
 	if base == path {
-		return sysDir{fd: d.fd, path: path}, d.fd >= 0
+		return sysDir{fd: d.fd, path: path, tr: d.tr}, d.fd >= 0
 	}
 	rest, ok := strings.CutPrefix(base, path+"/")
 	if !ok || path == "" || d.fd < 0 {
 		return sysDir{}, false
 	}
-	return sysDir{fd: d.fd, rel: strings.Repeat("../", strings.Count(rest, "/")+1), path: path}, true
+	return sysDir{fd: d.fd, rel: strings.Repeat("../", strings.Count(rest, "/")+1), path: path, tr: d.tr}, true
 }
 
 func (d sysDir) close() {
@@ -133,6 +141,7 @@ func (d sysDir) names() ([]string, error) {
 
 // read returns an attribute's content with surrounding white space removed.
 func (d sysDir) read(name string) (string, error) {
+	d.tr.at(name)
 	s, err := readAttrAt(d.fd, d.rel, name)
 	if err != nil {
 		return "", fmt.Errorf("read %s/%s: %w", d.path, name, err)
@@ -146,6 +155,7 @@ func (d sysDir) readPath(path string) (string, error) {
 	if rest, ok := strings.CutPrefix(path, d.path+"/"); ok && d.fd >= 0 {
 		return d.read(rest)
 	}
+	d.tr.at(path)
 	s, err := readAttrAt(unix.AT_FDCWD, "", path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)

@@ -82,7 +82,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if settle <= 0 {
 		settle = 100 * time.Millisecond
 	}
-	res, err := w.Scanner.Scan()
+	res, err := w.Scanner.ScanContext(ctx)
 	if err != nil {
 		return err
 	}
@@ -151,9 +151,11 @@ func (w *Watcher) readEvents(ctx context.Context, hotplug chan<- struct{}) {
 }
 
 func (w *Watcher) scan(ctx context.Context) {
-	res, err := w.Scanner.Scan()
+	res, err := w.Scanner.ScanContext(ctx)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Rescan failed; keeping the previous result")
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Rescan failed; keeping the previous result")
+		}
 		return
 	}
 	if old := w.Current(); old != nil && SameResult(old, res) {
@@ -168,7 +170,7 @@ func (w *Watcher) refresh(ctx context.Context) {
 		w.scan(ctx)
 		return
 	}
-	if res, changed := w.Scanner.Refresh(old); changed {
+	if res, changed := w.Scanner.RefreshContext(ctx, old); changed && ctx.Err() == nil {
 		w.publish(ctx, res)
 	}
 }

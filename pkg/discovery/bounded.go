@@ -1,0 +1,177 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultReadTimeout bounds how long the reads of one card may take in one
+// pass (see Scanner.ReadTimeout). A sysfs read takes microseconds; one
+// that takes seconds is a wedged device or driver.
+const DefaultReadTimeout = 5 * time.Second
+
+// tracker records which attribute a card's reads are at, so that a read
+// that stalls can be named. It takes no allocation per read.
+type tracker struct {
+	mu   sync.Mutex
+	attr string
+}
+
+// at notes that name is being read. A nil tracker notes nothing.
+func (t *tracker) at(name string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.attr = name
+	t.mu.Unlock()
+}
+
+// current is the attribute noted last.
+func (t *tracker) current() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.attr
+}
+
+// stuckRead is a card whose reads outlasted the timeout and have not
+// returned yet.
+type stuckRead struct {
+	attr  string
+	since time.Time
+}
+
+// health is the verdict on every port of a card whose read is stuck.
+func (r stuckRead) health(addr string, timeout time.Duration) Health {
+	var h Health
+	attr := r.attr
+	if attr == "" {
+		attr = "sysfs"
+	}
+	h.fail(stuckCause(attr), "read of %s of card %s timed out after %s (stuck since %s): the card is not read again until that read returns",
+		attr, addr, timeout, r.since.UTC().Format(time.RFC3339))
+	return h
+}
+
+// stuckCause is the label-value cause of a stalled read of attr:
+// "read-of-<attr>-timed-out".
+func stuckCause(attr string) string {
+	name := attr[strings.LastIndexByte(attr, '/')+1:]
+	var b strings.Builder
+	for _, r := range name {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
+			b.WriteRune(r)
+		}
+	}
+	name = strings.Trim(b.String(), "._-")
+	const fixed = len("read-of--timed-out")
+	if len(name) > 63-fixed {
+		name = name[:63-fixed]
+	}
+	if name == "" {
+		return "read-timed-out"
+	}
+	return "read-of-" + name + "-timed-out"
+}
+
+// boundedMap calls f(i) for i in 0..n-1, each on its own goroutine and as
+// many at once as the process may run, and waits for each call at most
+// timeout after it started (no bound when timeout <= 0) and while ctx
+// lasts. It returns each call's result and whether it returned in time. A
+// call past its deadline is abandoned: the next call takes its place, and
+// once it returns, late (when set) gets its result on the abandoned
+// goroutine; the caller never sees it. When ctx ends, every call still
+// running is abandoned and no further call starts.
+func boundedMap[T any](ctx context.Context, n int, timeout time.Duration, f func(i int) T, late func(i int, v T)) (results []T, done, left []bool) {
+	results = make([]T, n)
+	done = make([]bool, n)
+	left = make([]bool, n)
+	if n == 0 {
+		return results, done, left
+	}
+	type item struct {
+		i int
+		v T
+	}
+	const (
+		running int32 = iota
+		returned
+		abandoned
+	)
+	states := make([]atomic.Int32, n)
+	ch := make(chan item, n)
+	deadlines := map[int]time.Time{}
+	workers := max(runtime.GOMAXPROCS(0), 1)
+	next, finished := 0, 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for finished < n {
+		for len(deadlines) < workers && next < n {
+			i := next
+			next++
+			deadlines[i] = time.Now().Add(timeout)
+			go func() {
+				v := f(i)
+				if states[i].CompareAndSwap(running, returned) {
+					ch <- item{i, v}
+				} else if late != nil {
+					late(i, v)
+				}
+			}()
+		}
+		var wake <-chan time.Time
+		if timeout > 0 {
+			earliest := time.Time{}
+			for _, d := range deadlines {
+				if earliest.IsZero() || d.Before(earliest) {
+					earliest = d
+				}
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(time.Until(earliest))
+			wake = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			for i := range deadlines {
+				left[i] = states[i].CompareAndSwap(running, abandoned)
+			}
+			for len(ch) > 0 { // returned before the abandonment
+				it := <-ch
+				results[it.i], done[it.i] = it.v, true
+			}
+			return results, done, left
+		case it := <-ch:
+			results[it.i], done[it.i] = it.v, true
+			delete(deadlines, it.i)
+			finished++
+		case now := <-wake:
+			for i, d := range deadlines {
+				if !now.Before(d) && states[i].CompareAndSwap(running, abandoned) {
+					left[i] = true
+					delete(deadlines, i)
+					finished++
+				}
+			}
+		}
+	}
+	return results, done, left
+}
+
+// timedOut describes a card whose read did not return in time.
+func timedOut(addr, attr string, timeout time.Duration) error {
+	if attr == "" {
+		attr = "its sysfs directory"
+	}
+	return fmt.Errorf("card %s: read of %s timed out after %s: the card is left out until that read returns", addr, attr, timeout)
+}

@@ -1,0 +1,176 @@
+package discovery_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// wedge replaces an attribute with a FIFO: opening it for reading blocks
+// until a writer comes, as a read of a wedged device does. It returns a
+// function that puts the attribute back as a regular file with content
+// and lets the stalled read return with it.
+func wedge(t *testing.T, path string) (release func()) {
+	t.Helper()
+	content, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		// The stalled reader has the FIFO open; the path becomes a
+		// regular file again, and the data reaches the reader through the
+		// FIFO it already has. Without a reader (ENXIO) there is nothing
+		// to release.
+		w, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
+		if err != nil && !errors.Is(err, unix.ENXIO) {
+			t.Fatal(err)
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+		if w != nil {
+			// EPIPE: the reader gave up meanwhile.
+			if _, err := w.Write(content); err != nil && !errors.Is(err, unix.EPIPE) {
+				t.Fatal(err)
+			}
+			w.Close()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func portHealth(t *testing.T, res *discovery.Result, card int) discovery.Health {
+	t.Helper()
+	if card >= len(res.Cards) || len(res.Cards[card].Ports) == 0 {
+		t.Fatalf("card %d is missing: %+v", card, res.Cards)
+	}
+	return res.Cards[card].Ports[0].Health
+}
+
+// TestStuckReadIsBounded: a read of one card that never returns makes
+// that card unhealthy with the cause, while the other cards keep being
+// refreshed (their later changes are seen) and scanned; the stuck card is
+// not read again until the stalled read returns, and is healthy after.
+func TestStuckReadIsBounded(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 3, PortsPerCard: 1})
+	s := &discovery.Scanner{Root: n.Root, ReadTimeout: 50 * time.Millisecond}
+	res, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := wedge(t, filepath.Join(n.Cards[1].Ports[0].SysfsPath, "afu_id"))
+
+	res2, changed := s.Refresh(res)
+	h := portHealth(t, res2, 1)
+	if !changed || h.Healthy || h.Cause() != "read-of-afu_id-timed-out" || !strings.Contains(h.String(), "timed out") {
+		t.Fatalf("stuck card: changed %v, health %+v; want unhealthy, cause read-of-afu_id-timed-out", changed, h)
+	}
+	for _, c := range []int{0, 2} {
+		if h := portHealth(t, res2, c); !h.Healthy {
+			t.Fatalf("card %d is unhealthy beside a stuck card: %v", c, h)
+		}
+	}
+	// A later change on another card is seen, and the stuck card is not
+	// read again (its report, with the time it got stuck, stays).
+	if err := n.SetPortErrors(n.Cards[2].Ports[0], "0x1"); err != nil {
+		t.Fatal(err)
+	}
+	res3, _ := s.Refresh(res2)
+	if h := portHealth(t, res3, 2); h.Healthy || h.Cause() != "port-errors-0x1" {
+		t.Fatalf("change on card 2 while card 1 is stuck: %+v", h)
+	}
+	if got := portHealth(t, res3, 1); got.String() != h.String() {
+		t.Fatalf("the stuck card was read again: %q, then %q", h, got)
+	}
+	full, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.Cards) != 3 || portHealth(t, full, 1).String() != h.String() || !portHealth(t, full, 0).Healthy {
+		t.Fatalf("full scan while card 1 is stuck: %d cards, card 1 %v", len(full.Cards), portHealth(t, full, 1))
+	}
+
+	release()
+	if err := n.SetPortErrors(n.Cards[2].Ports[0], "0x0"); err != nil {
+		t.Fatal(err)
+	}
+	// The stalled read returns on its own goroutine and clears the mark;
+	// the next passes read the card again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res4, _ := s.Refresh(res3)
+		if portHealth(t, res4, 1).Healthy && portHealth(t, res4, 2).Healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("card 1 never recovered: %v", portHealth(t, res4, 1))
+		}
+		res3 = res4
+	}
+}
+
+// TestStuckFirstScan: a card stuck in the first scan is left out with an
+// error naming the attribute; the others are found.
+func TestStuckFirstScan(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverOPAE, Cards: 2, PortsPerCard: 1})
+	wedge(t, filepath.Join(n.Cards[0].Ports[0].SysfsPath, "afu_id"))
+	res, err := (&discovery.Scanner{Root: n.Root, ReadTimeout: 50 * time.Millisecond}).Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cards) != 1 || res.Cards[0].PCIAddress != n.Cards[1].PCIAddress {
+		t.Fatalf("found %+v, want card %s alone", res.Cards, n.Cards[1].PCIAddress)
+	}
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), "read of afu_id timed out") {
+		t.Fatalf("errors %v, want the stuck read named", res.Errors)
+	}
+}
+
+// TestScanStopsWithItsContext: a scan stuck on a read returns once its
+// context ends, however long the read timeout.
+func TestScanStopsWithItsContext(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	afu := filepath.Join(n.Cards[0].Ports[0].SysfsPath, "afu_id")
+	wedge(t, afu)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := (&discovery.Scanner{Root: n.Root, ReadTimeout: time.Hour}).ScanContext(ctx)
+		done <- err
+	}()
+	// The scan reached the FIFO once a writer's open returns.
+	w, err := os.OpenFile(afu, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("scan after its context ended: %v, want context.Canceled", err)
+	}
+}
