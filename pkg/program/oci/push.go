@@ -44,6 +44,9 @@ func (c *Client) Push(ctx context.Context, file, reference string, opts ...progr
 		return nil, err
 	}
 	a := annotationsOf(bs)
+	if a.Vendor == "" {
+		return nil, fmt.Errorf("%s is a %s bitstream, which the artifact format does not cover yet: push gbs or aocx files", file, bs.Format)
+	}
 	layer := ocispec.Descriptor{
 		MediaType:   LayerMediaType,
 		Digest:      digest.NewDigestFromEncoded(digest.SHA256, bs.SHA256),
