@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries registry clean
 
 all: build
 
@@ -33,12 +33,21 @@ codegen:
 verify-codegen:
 	hack/verify-codegen.sh
 
+# The tests of pkg/program/oci (and of the bitstream commands) run the real
+# CNCF Distribution registry, built once and cached (hack/e2e/build-registry.sh).
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	@reg="$$(hack/e2e/build-registry.sh)" && \
+	FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -race -count=1 $(PKGS)
+
+# The CNCF Distribution registry binary (cached by version outside the
+# repository; prints its path).
+registry:
+	hack/e2e/build-registry.sh
 
 # Benchmarks quoted in the issue notes.
 bench:
-	$(GO) test -run XXX -bench . -benchmem ./pkg/discovery/ ./pkg/program/ ./internal/...
+	@reg="$$(hack/e2e/build-registry.sh)" && \
+	FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -run XXX -bench . -benchmem ./pkg/discovery/ ./pkg/program/... ./internal/...
 
 # Short coverage-guided fuzzing of every parser of outside input.
 FUZZTIME ?= 20s
@@ -52,6 +61,8 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseAOCX -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzParseXclbin -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzDecodeFpgaConfig -fuzztime $(FUZZTIME) ./api/v1alpha1/
+	$(GO) test -run XXX -fuzz FuzzParseBitstreamRef -fuzztime $(FUZZTIME) ./api/v1alpha1/
+	$(GO) test -run XXX -fuzz FuzzParseManifest -fuzztime $(FUZZTIME) ./pkg/program/oci/
 	$(GO) test -run XXX -fuzz FuzzDecodeCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 	$(GO) test -run XXX -fuzz FuzzReadCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
@@ -143,9 +144,9 @@ func TestAcceleratorFunctionSchema(t *testing.T) {
 		{name: "region mode without interfaceID", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Mode: v1alpha1.ModeRegion}),
 			wantErr: "interfaceID is required in region mode"},
 		{name: "bitstream in af mode", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Bitstream: "a.gbs"}),
-			wantErr: "bitstream and sha256 are allowed in region mode only"},
+			wantErr: "bitstream, bitstreamRef and sha256 are allowed in region mode only"},
 		{name: "sha256 in af mode", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, SHA256: sum}),
-			wantErr: "bitstream and sha256 are allowed in region mode only"},
+			wantErr: "bitstream, bitstreamRef and sha256 are allowed in region mode only"},
 		{name: "absolute bitstream", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion, Bitstream: "/srv/a.gbs"}),
 			wantErr: "must be relative to the node's bitstream repository"},
 		{name: "escaping bitstream", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion, Bitstream: "a/../../b.gbs"}),
@@ -156,6 +157,22 @@ func TestAcceleratorFunctionSchema(t *testing.T) {
 			wantErr: "must be a clean path"},
 		{name: "sha256 uppercase", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion, SHA256: strings.ToUpper(sum)}),
 			wantErr: "must be 64 lowercase hex digits"},
+		{name: "region mode, bitstreamRef", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "registry.example.com/accel/nlb0:v2@sha256:" + sum})},
+		{name: "bitstreamRef on localhost with a port", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "localhost:5000/nlb0@sha256:" + sum})},
+		{name: "bitstreamRef with a tag only", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "registry.example.com/accel/nlb0:v2"}), wantErr: "must be pinned by digest"},
+		{name: "bitstreamRef without a registry", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "accel/nlb0@sha256:" + sum}), wantErr: "must be REGISTRY/REPOSITORY[:TAG]@sha256:"},
+		{name: "bitstreamRef with an uppercase digest", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "registry.example.com/nlb0@sha256:" + strings.ToUpper(sum)}), wantErr: "must be REGISTRY/REPOSITORY[:TAG]@sha256:"},
+		{name: "bitstreamRef too long", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "registry.example.com/" + strings.Repeat("a", 500) + "@sha256:" + sum}), wantErr: "spec.bitstreamRef: Too long"},
+		{name: "bitstream and bitstreamRef", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID, Mode: v1alpha1.ModeRegion,
+			Bitstream: "a.gbs", BitstreamRef: "registry.example.com/nlb0@sha256:" + sum}), wantErr: "bitstream and bitstreamRef exclude each other"},
+		{name: "bitstreamRef in af mode", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID,
+			BitstreamRef: "registry.example.com/nlb0@sha256:" + sum}), wantErr: "bitstream, bitstreamRef and sha256 are allowed in region mode only"},
 		{name: "description too long", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Description: strings.Repeat("x", 1025)}),
 			wantErr: "spec.description: Too long"},
 	}
@@ -190,6 +207,28 @@ func TestAcceleratorFunctionSchema(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBitstreamRefPattern checks that the CRD checks bitstreamRef with
+// v1alpha1.BitstreamRefPattern, the expression that accepts exactly what
+// the webhook and the node accept (see FuzzParseBitstreamRef).
+func TestBitstreamRefPattern(t *testing.T) {
+	c := crd(t, v1alpha1.AcceleratorFunctionKind)
+	props := c.Spec.Validation
+	var schema *apiextensions.JSONSchemaProps
+	if props != nil {
+		schema = props.OpenAPIV3Schema
+	} else {
+		schema = c.Spec.Versions[0].Schema.OpenAPIV3Schema
+	}
+	ref := schema.Properties["spec"].Properties["bitstreamRef"]
+	want := "self.matches('" + v1alpha1.BitstreamRefPattern + "')"
+	for _, rule := range ref.XValidations {
+		if strings.Contains(rule.Rule, want) {
+			return
+		}
+	}
+	t.Errorf("no rule of spec.bitstreamRef contains %s; copy v1alpha1.BitstreamRefPattern into its marker. Rules: %+v", want, ref.XValidations)
 }
 
 func TestFpgaRegionSchema(t *testing.T) {
@@ -235,5 +274,36 @@ func TestStrictDecodingCatchesMistakes(t *testing.T) {
 		if _, _, err := strict.Decode([]byte(doc), nil, nil); err == nil {
 			t.Errorf("strict decoding accepted:\n%s", doc)
 		}
+	}
+}
+
+// TestOCIBitstreamExample: the OCI example's AcceleratorFunction passes the
+// API server and the webhook, and its claim carries a config the node
+// accepts, both naming a digest-pinned reference.
+func TestOCIBitstreamExample(t *testing.T) {
+	v := newCRValidator(t, v1alpha1.AcceleratorFunctionKind)
+	var afs, claims int
+	for _, o := range decodeFile(t, "examples/oci-bitstream/bitstream-ref.yaml") {
+		switch obj := o.obj.(type) {
+		case *v1alpha1.AcceleratorFunction:
+			afs++
+			if errs := v.validate(t, obj); len(errs) > 0 {
+				t.Errorf("%s: the API server would reject it: %v", o.where, errs.ToAggregate())
+			}
+			if errs := v1alpha1.ValidateAcceleratorFunction(obj); len(errs) > 0 || obj.Spec.BitstreamRef == "" {
+				t.Errorf("%s: the webhook would reject it (%v) or it names no bitstreamRef", o.where, errs.ToAggregate())
+			}
+		case *resourceapi.ResourceClaim:
+			for _, c := range obj.Spec.Devices.Config {
+				claims++
+				cfg, err := v1alpha1.DecodeAndValidate(c.Opaque.Parameters.Raw)
+				if err != nil || cfg.BitstreamRef == "" {
+					t.Errorf("%s: config %+v, %v; want a valid one naming a bitstreamRef", o.where, cfg, err)
+				}
+			}
+		}
+	}
+	if afs != 1 || claims != 1 {
+		t.Errorf("found %d AcceleratorFunctions and %d claim configs, want 1 of each", afs, claims)
 	}
 }

@@ -45,7 +45,8 @@ const MaxDescriptionLength = 1024
 //   - NAME-program, in region mode only, selects the driver's programmable
 //     devices whose interfaceID is spec.interfaceID and carries an FpgaConfig
 //     that loads spec.afuID (from spec.bitstream, pinned by spec.sha256, when
-//     set) unless it is already loaded.
+//     set, or pulled from the OCI artifact spec.bitstreamRef) unless it is
+//     already loaded.
 //
 // A claim that lists NAME before NAME-program in firstAvailable gets a port
 // where the function is already loaded when one is free, and a region to
@@ -79,10 +80,14 @@ type AcceleratorFunction struct {
 //   - afuID and interfaceID are 32 lowercase hex digits, never all f.
 //   - region mode requires interfaceID: only compatible regions are
 //     programmed.
-//   - bitstream and sha256 are for region mode only: af mode loads nothing.
+//   - bitstream, bitstreamRef and sha256 are for region mode only: af mode
+//     loads nothing.
+//   - bitstream and bitstreamRef exclude each other; bitstreamRef is pinned
+//     by digest.
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'region' || has(self.interfaceID)",message="interfaceID is required in region mode: only regions with this interface ID can load the function"
-// +kubebuilder:validation:XValidation:rule="self.mode == 'region' || (!has(self.bitstream) && !has(self.sha256))",message="bitstream and sha256 are allowed in region mode only: af mode never programs"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'region' || (!has(self.bitstream) && !has(self.bitstreamRef) && !has(self.sha256))",message="bitstream, bitstreamRef and sha256 are allowed in region mode only: af mode never programs"
+// +kubebuilder:validation:XValidation:rule="!has(self.bitstream) || !has(self.bitstreamRef)",message="bitstream and bitstreamRef exclude each other: keep bitstream for a file in each node's repository or bitstreamRef for an OCI artifact, not both"
 type AcceleratorFunctionSpec struct {
 	// AFUID is the accelerator function's ID, as the port's afu_id reports
 	// it once loaded (the accelerator-type-uuid of a GBS file): 32
@@ -120,6 +125,16 @@ type AcceleratorFunctionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the node's bitstream repository"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)') && !self.contains('//') && !self.endsWith('/')",message="must be a clean path to a file inside the bitstream repository: no '.' or '..' elements, no empty elements"
 	Bitstream string `json:"bitstream,omitempty"`
+
+	// BitstreamRef names the bitstream as an OCI artifact pinned by the
+	// digest of its manifest: REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST
+	// (fpga-dra-driver bitstream push prints it). A tag alone is refused: it
+	// can be moved to other content. Region mode only; excludes bitstream.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.contains('@')",message="must be pinned by digest, since a tag can be moved to other content: write REGISTRY/REPOSITORY[:TAG]@sha256:<manifest digest>, as printed by fpga-dra-driver bitstream push or shown by fpga-dra-driver bitstream inspect"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('@') || self.matches('^(localhost(:[0-9]+)?|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+(:[0-9]+)?|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+|[[][0-9a-fA-F:]+[]](:[0-9]+)?)/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}$')",message="must be REGISTRY/REPOSITORY[:TAG]@sha256:<64 lowercase hex digits>, the registry a host with a dot or a port (or localhost), the repository lowercase"
+	BitstreamRef string `json:"bitstreamRef,omitempty"`
 
 	// SHA256 pins the content of the bitstream file: 64 lowercase hex
 	// digits, as sha256sum prints them. Region mode only.

@@ -35,6 +35,10 @@ func ValidateAcceleratorFunction(af *AcceleratorFunction) field.ErrorList {
 			errs = append(errs, field.Forbidden(spec.Child("bitstream"),
 				"allowed in region mode only (af mode never programs): remove it or set mode: region"))
 		}
+		if s.BitstreamRef != "" {
+			errs = append(errs, field.Forbidden(spec.Child("bitstreamRef"),
+				"allowed in region mode only (af mode never programs): remove it or set mode: region"))
+		}
 		if s.SHA256 != "" {
 			errs = append(errs, field.Forbidden(spec.Child("sha256"),
 				"allowed in region mode only (af mode never programs): remove it or set mode: region"))
@@ -49,6 +53,9 @@ func ValidateAcceleratorFunction(af *AcceleratorFunction) field.ErrorList {
 	}
 	if s.Bitstream != "" {
 		errs = append(errs, validateBitstream(s.Bitstream, spec.Child("bitstream"))...)
+	}
+	if s.BitstreamRef != "" {
+		errs = append(errs, validateBitstreamSource(s.Bitstream, s.BitstreamRef, spec)...)
 	}
 	if s.SHA256 != "" {
 		errs = append(errs, validateSHA256(s.SHA256, spec.Child("sha256"))...)

@@ -40,6 +40,15 @@ func TestValidateAcceleratorFunction(t *testing.T) {
 			wantErr: []string{"spec.interfaceID: Required value: required in region mode"}},
 		{name: "af mode with bitstream and sha256", edit: func(af *AcceleratorFunction) { af.Spec.Mode = ModeAF },
 			wantErr: []string{"spec.bitstream: Forbidden: allowed in region mode only", "spec.sha256: Forbidden"}},
+		{name: "region mode with bitstreamRef", edit: func(af *AcceleratorFunction) { af.Spec.Bitstream, af.Spec.BitstreamRef = "", testRef }},
+		{name: "af mode with bitstreamRef", edit: func(af *AcceleratorFunction) {
+			af.Spec = AcceleratorFunctionSpec{AFUID: testAFUID, Mode: ModeAF, BitstreamRef: testRef}
+		}, wantErr: []string{"spec.bitstreamRef: Forbidden: allowed in region mode only"}},
+		{name: "bitstream and bitstreamRef", edit: func(af *AcceleratorFunction) { af.Spec.BitstreamRef = testRef },
+			wantErr: []string{"spec.bitstreamRef: Forbidden: bitstream and bitstreamRef exclude each other"}},
+		{name: "bitstreamRef with a tag only", edit: func(af *AcceleratorFunction) {
+			af.Spec.Bitstream, af.Spec.BitstreamRef = "", "registry.example.com/accel/nlb0:v2"
+		}, wantErr: []string{`spec.bitstreamRef: Invalid value: "registry.example.com/accel/nlb0:v2": has no digest`}},
 		{name: "unknown mode", edit: func(af *AcceleratorFunction) { af.Spec.Mode = "devel" },
 			wantErr: []string{`spec.mode: Unsupported value: "devel": supported values: "af", "region"`}},
 		{name: "bitstream escapes", edit: func(af *AcceleratorFunction) { af.Spec.Bitstream = "../x.gbs" },

@@ -49,11 +49,16 @@ var SupportedProgrammingPolicies = []ProgrammingPolicy{
 //     valid UTF-8 without control characters (NUL included). The node still
 //     confines it to the repository; these checks reject obviously bad values
 //     early.
+//   - bitstreamRef, when set, is an OCI reference pinned by digest,
+//     REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST (see ParseBitstreamRef): a tag
+//     alone is refused, since it can be moved to other content. bitstream
+//     and bitstreamRef exclude each other.
 //   - sha256, when set, is 64 lowercase hex digits (Default lowercases it).
 //     It pins the content of the bitstream file the node loads, whether named
-//     by bitstream or found in the repository from interfaceID and afuID.
+//     by bitstream or bitstreamRef or found in the repository from
+//     interfaceID and afuID.
 //   - programming is IfNeeded (the default), Always or Never. Never loads
-//     nothing, so bitstream and sha256 must be empty with it.
+//     nothing, so bitstream, bitstreamRef and sha256 must be empty with it.
 //
 // +kubebuilder:object:root=true
 type FpgaConfig struct {
@@ -73,6 +78,14 @@ type FpgaConfig struct {
 	// afuID.
 	// +optional
 	Bitstream string `json:"bitstream,omitempty"`
+
+	// BitstreamRef names the bitstream as an OCI artifact in a registry,
+	// pinned by the digest of its manifest:
+	// REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST. The node pulls it (with its
+	// own registry credentials), verifies it and keeps it in a
+	// content-addressed cache. Excludes bitstream.
+	// +optional
+	BitstreamRef string `json:"bitstreamRef,omitempty"`
 
 	// SHA256 is the expected SHA-256 digest of the bitstream file.
 	// +optional

@@ -16,6 +16,8 @@ func FuzzDecodeFpgaConfig(f *testing.F) {
 		`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"` + testAFUID + `","interfaceID":"` +
 			testInterfaceID + `","bitstream":"a/b.gbs","sha256":"` + testSHA256 + `","programming":"Always"}`,
 		"apiVersion: fpga.dra.dev/v1alpha1\nkind: FpgaConfig\nafuID: " + testAFUID + "\nprogramming: Never\n",
+		`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"` + testAFUID + `","bitstreamRef":"` + testRef + `"}`,
+		`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"` + testAFUID + `","bitstreamRef":"localhost:5000/a:b"}`,
 		"---\napiVersion: fpga.dra.dev/v1alpha1\nkind: FpgaConfig\nbitstream: \"a\\x00\"\n---\n",
 		`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"a","afuID":"b"}`,
 		`{"apiVersion":"v1","kind":"Pod"}`,

@@ -46,6 +46,9 @@ func ValidateFpgaConfig(c *FpgaConfig, fldPath *field.Path) field.ErrorList {
 	if c.Bitstream != "" {
 		errs = append(errs, validateBitstream(c.Bitstream, fldPath.Child("bitstream"))...)
 	}
+	if c.BitstreamRef != "" {
+		errs = append(errs, validateBitstreamSource(c.Bitstream, c.BitstreamRef, fldPath)...)
+	}
 	if c.SHA256 != "" {
 		errs = append(errs, validateSHA256(c.SHA256, fldPath.Child("sha256"))...)
 	}
@@ -56,6 +59,10 @@ func ValidateFpgaConfig(c *FpgaConfig, fldPath *field.Path) field.ErrorList {
 	case ProgrammingNever:
 		if c.Bitstream != "" {
 			errs = append(errs, field.Forbidden(fldPath.Child("bitstream"),
+				"must be empty when programming is Never (nothing is loaded): remove it or set programming to IfNeeded or Always"))
+		}
+		if c.BitstreamRef != "" {
+			errs = append(errs, field.Forbidden(fldPath.Child("bitstreamRef"),
 				"must be empty when programming is Never (nothing is loaded): remove it or set programming to IfNeeded or Always"))
 		}
 		if c.SHA256 != "" {
@@ -120,6 +127,20 @@ func validateBitstream(name string, fldPath *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(fldPath, name, detail)}
 	}
 	return nil
+}
+
+// validateBitstreamSource checks a bitstreamRef (ref, not empty) and that
+// bitstream (name) is not set beside it; fldPath is the parent of both.
+func validateBitstreamSource(name, ref string, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if name != "" {
+		errs = append(errs, field.Forbidden(fldPath.Child("bitstreamRef"),
+			"bitstream and bitstreamRef exclude each other: keep bitstream for a file in each node's repository or bitstreamRef for an OCI artifact, not both"))
+	}
+	if _, err := ParseBitstreamRef(ref); err != nil {
+		errs = append(errs, field.Invalid(fldPath.Child("bitstreamRef"), ref, err.Error()))
+	}
+	return errs
 }
 
 // validateSHA256 checks that sum is a SHA-256 digest in lowercase hex.

@@ -28,6 +28,8 @@ func TestValidate(t *testing.T) {
 		{name: "bitstream in a subdirectory", edit: func(c *FpgaConfig) { c.Bitstream = "a/b/c.gbs" }},
 		{name: "bitstream of 255 bytes", edit: func(c *FpgaConfig) { c.Bitstream = strings.Repeat("a", 255) }},
 		{name: "bitstream with a leading dot", edit: func(c *FpgaConfig) { c.Bitstream = ".hidden.gbs" }},
+		{name: "bitstreamRef instead of bitstream", edit: func(c *FpgaConfig) { c.Bitstream, c.BitstreamRef = "", testRef }},
+		{name: "bitstreamRef without sha256", edit: func(c *FpgaConfig) { c.Bitstream, c.BitstreamRef, c.SHA256 = "", testRef, "" }},
 
 		{name: "afuID missing", edit: func(c *FpgaConfig) { c.AFUID = "" },
 			wantErr: []string{"afuID: Required value", `such as "d8424dc4a4a3c413f89e433683f9040b"`}},
@@ -68,6 +70,12 @@ func TestValidate(t *testing.T) {
 		{name: "bitstream is the repository", edit: func(c *FpgaConfig) { c.Bitstream = "." },
 			wantErr: []string{`bitstream: Invalid value: "."`, "not the repository itself"}},
 
+		{name: "bitstreamRef with a tag only", edit: func(c *FpgaConfig) { c.Bitstream, c.BitstreamRef = "", "registry.example.com/accel/nlb0:v2" },
+			wantErr: []string{`bitstreamRef: Invalid value: "registry.example.com/accel/nlb0:v2": has no digest`, "registry.example.com/accel/nlb0:v2@sha256:"}},
+		{name: "bitstreamRef and bitstream", edit: func(c *FpgaConfig) { c.BitstreamRef = testRef },
+			wantErr: []string{"bitstreamRef: Forbidden: bitstream and bitstreamRef exclude each other"}},
+		{name: "bitstreamRef without registry", edit: func(c *FpgaConfig) { c.Bitstream, c.BitstreamRef = "", "accel/nlb0@sha256:"+testSHA256 },
+			wantErr: []string{`bitstreamRef: Invalid value: "accel/nlb0@sha256:` + testSHA256 + `": does not start with a registry host`}},
 		{name: "sha256 too short", edit: func(c *FpgaConfig) { c.SHA256 = testSHA256[:63] },
 			wantErr: []string{`sha256: Invalid value: "` + testSHA256[:63] + `": must be 64 lowercase hex digits`}},
 		{name: "sha256 uppercase", edit: func(c *FpgaConfig) { c.SHA256 = strings.ToUpper(testSHA256) },
@@ -83,6 +91,9 @@ func TestValidate(t *testing.T) {
 			wantErr: []string{"bitstream: Forbidden: must be empty when programming is Never"}},
 		{name: "Never with sha256", edit: func(c *FpgaConfig) { c.Programming, c.Bitstream = ProgrammingNever, "" },
 			wantErr: []string{"sha256: Forbidden: must be empty when programming is Never"}},
+		{name: "Never with bitstreamRef", edit: func(c *FpgaConfig) {
+			c.Programming, c.Bitstream, c.SHA256, c.BitstreamRef = ProgrammingNever, "", "", testRef
+		}, wantErr: []string{"bitstreamRef: Forbidden: must be empty when programming is Never"}},
 		{name: "Never with both", edit: func(c *FpgaConfig) { c.Programming = ProgrammingNever },
 			wantErr: []string{"bitstream: Forbidden", "sha256: Forbidden"}},
 		{name: "errors aggregate", edit: func(c *FpgaConfig) {

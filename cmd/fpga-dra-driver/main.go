@@ -34,6 +34,6 @@ func newRootCommand() *cobra.Command {
 	}
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand(),
-		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand())
+		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand(), newBitstreamCommand())
 	return root
 }

@@ -40,8 +40,9 @@ func BaseDeviceClass(driverName string) *resourceapi.DeviceClass {
 //     programming: Never, so the node refuses a port where the function is
 //     not (or no longer) loaded.
 //   - NAME-program (region mode only): ProgrammableSelector, with an
-//     FpgaConfig of afuID, interfaceID, bitstream, sha256 and programming:
-//     IfNeeded, so the node loads the function unless it is loaded already.
+//     FpgaConfig of afuID, interfaceID, bitstream or bitstreamRef, sha256 and
+//     programming: IfNeeded, so the node loads the function unless it is
+//     loaded already.
 //
 // With extendedResourceDomain set and an interfaceID in af, NAME also
 // carries extendedResourceName <extendedResourceDomain>/<the Intel FPGA
@@ -74,11 +75,12 @@ func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, ex
 		return classes, nil
 	}
 	program, err := deviceClass(af.Name+v1alpha1.ProgramClassSuffix, owner, driverName, ProgrammableSelector(driverName, s.InterfaceID), &v1alpha1.FpgaConfig{
-		AFUID:       s.AFUID,
-		InterfaceID: s.InterfaceID,
-		Bitstream:   s.Bitstream,
-		SHA256:      s.SHA256,
-		Programming: v1alpha1.ProgrammingIfNeeded,
+		AFUID:        s.AFUID,
+		InterfaceID:  s.InterfaceID,
+		Bitstream:    s.Bitstream,
+		BitstreamRef: s.BitstreamRef,
+		SHA256:       s.SHA256,
+		Programming:  v1alpha1.ProgrammingIfNeeded,
 	})
 	if err != nil {
 		return nil, err

@@ -93,3 +93,24 @@ func TestExtendedResourceNameDroppedByServer(t *testing.T) {
 		})
 	}
 }
+
+// TestProgramClassCarriesBitstreamRef: the program class of a region-mode
+// function that names an OCI artifact hands the node exactly that
+// reference, in a config the node accepts; the loaded class loads nothing.
+func TestProgramClassCarriesBitstreamRef(t *testing.T) {
+	ref := "registry.example.com/accel/nlb0:v2@sha256:" + testSHA256
+	af := acceleratorFunction("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion, BitstreamRef: ref})
+	if errs := v1alpha1.ValidateAcceleratorFunction(af); len(errs) > 0 {
+		t.Fatal(errs.ToAggregate())
+	}
+	classes, err := AcceleratorFunctionClasses(af, testDriver, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := classConfig(t, classes[1]); got.BitstreamRef != ref || got.Bitstream != "" || got.Programming != v1alpha1.ProgrammingIfNeeded {
+		t.Errorf("program class config = %+v, want bitstreamRef %s", got, ref)
+	}
+	if got := classConfig(t, classes[0]); got.BitstreamRef != "" {
+		t.Errorf("loaded class config = %+v, want no bitstreamRef (it never programs)", got)
+	}
+}

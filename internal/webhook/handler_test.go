@@ -154,6 +154,20 @@ func TestReview(t *testing.T) {
 			wantDenied: []string{`spec.devices.config[0].opaque.parameters.afuID: Invalid value: "1234": has 4 hex digits, want 32`},
 		},
 		{
+			name: "bitstreamRef pinned by digest",
+			body: review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Create,
+				claim("resource.k8s.io/v1", opaque(driverName, fpgaConfig(`"afuID":"`+afuID+`","bitstreamRef":"registry.example.com/accel/nlb0:v2@sha256:`+strings.Repeat("ab", 32)+`"`)))),
+		},
+		{
+			name: "bitstreamRef with a tag only",
+			body: review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Create,
+				claim("resource.k8s.io/v1", opaque(driverName, fpgaConfig(`"afuID":"`+afuID+`","bitstreamRef":"registry.example.com/accel/nlb0:v2"`)))),
+			wantDenied: []string{
+				`spec.devices.config[0].opaque.parameters.bitstreamRef: Invalid value: "registry.example.com/accel/nlb0:v2": has no digest`,
+				"pin the manifest digest, as in registry.example.com/accel/nlb0:v2@sha256:",
+			},
+		},
+		{
 			name: "template with a valid config",
 			body: review("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", admissionv1.Update, claimTemplate(opaque(driverName, valid))),
 		},
@@ -167,6 +181,12 @@ func TestReview(t *testing.T) {
 			name: "valid AcceleratorFunction",
 			body: review("fpga.dra.dev", "v1alpha1", "acceleratorfunctions", "AcceleratorFunction", admissionv1.Create,
 				`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"AcceleratorFunction","metadata":{"name":"nlb0"},"spec":{"afuID":"`+afuID+`","interfaceID":"`+ifID+`","mode":"region","bitstream":"nlb0.gbs"}}`),
+		},
+		{
+			name: "AcceleratorFunction with a tag-only bitstreamRef",
+			body: review("fpga.dra.dev", "v1alpha1", "acceleratorfunctions", "AcceleratorFunction", admissionv1.Create,
+				`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"AcceleratorFunction","metadata":{"name":"nlb0"},"spec":{"afuID":"`+afuID+`","interfaceID":"`+ifID+`","mode":"region","bitstreamRef":"registry.example.com/accel/nlb0:v2"}}`),
+			wantDenied: []string{`spec.bitstreamRef: Invalid value: "registry.example.com/accel/nlb0:v2": has no digest`},
 		},
 		{
 			name: "AcceleratorFunction in region mode without interface ID",
