@@ -123,8 +123,9 @@ type nodeOptions struct {
 	before func(*state.State, *discovery.Result)
 	// quiet discards the endpoint's logs (benchmarks).
 	quiet bool
-	// lateKubelet starts the endpoint before the kubelet.
-	lateKubelet bool
+	// lateKubelet starts the endpoint before the kubelet; noKubelet
+	// starts none (the test brings its own).
+	lateKubelet, noKubelet bool
 }
 
 func startNode(t testing.TB, o nodeOptions) *testNode {
@@ -149,7 +150,7 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 	if o.before != nil {
 		o.before(n.state, tn.Devices(t))
 	}
-	if !o.lateKubelet {
+	if !o.lateKubelet && !o.noKubelet {
 		n.kubelet = startKubelet(t, n.dir)
 	}
 	var err error
@@ -168,7 +169,7 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 		t.Fatalf("start device plugin: %v", err)
 	}
 	t.Cleanup(n.plugin.Stop)
-	if o.lateKubelet {
+	if o.lateKubelet && !o.noKubelet {
 		n.kubelet = startKubelet(t, n.dir)
 	}
 	return n

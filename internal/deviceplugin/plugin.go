@@ -17,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -83,6 +84,11 @@ type Plugin struct {
 	devices *discovery.Result
 	servers map[string]*resourceServer // by resource name without domain
 	retired []*resourceServer          // to stop at the next sync
+
+	// passes counts completed syncs; handled is the last directory event
+	// the sync loop handled.
+	passes  atomic.Uint64
+	handled atomic.Pointer[handledEvent]
 }
 
 // Start discovers the node's devices and starts serving and registering

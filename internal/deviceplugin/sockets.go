@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -94,15 +95,24 @@ func (p *Plugin) syncLoop(ctx context.Context) {
 		case <-p.kick:
 		case <-ticker.C:
 		case ev := <-fsEvents:
+			// Whatever changed, the next sync compares every socket and
+			// kubelet.sock with what it served and registered with: a
+			// new kubelet is a new kubelet.sock (see fileID), so an event
+			// that arrives after the registration with it causes none.
 			logger.V(5).Info("Device-plugin directory changed", "event", ev)
-			if filepath.Base(ev.Name) == KubeletSocket && ev.Has(fsnotify.Create) {
-				// A new kubelet: whatever the file looks like, register again.
-				p.forgetRegistrations()
-			}
+			p.handled.Store(&handledEvent{name: ev.Name, pass: p.passes.Load()})
 		case err := <-fsErrors:
 			logger.V(2).Info("Watching the device-plugin directory", "err", err)
 		}
 	}
+}
+
+// handledEvent is the last directory event the sync loop handled and how
+// many sync passes had completed then (for tests: every event before it
+// was handled, and the pass after it will show what it caused).
+type handledEvent struct {
+	name string
+	pass uint64
 }
 
 // minRetry is the first pause before a failed registration is retried.
@@ -127,6 +137,7 @@ func (p *Plugin) sync(ctx context.Context) (retry bool) {
 		logger.Info("Stopped advertising resource: no device carries it any more", "resource", r.fullName)
 	}
 	kubelet, kerr := statID(filepath.Join(p.cfg.Dir, KubeletSocket))
+	var register []*resourceServer
 	for _, r := range servers {
 		path := filepath.Join(p.cfg.Dir, r.endpoint)
 		if id, err := statID(path); r.srv == nil || err != nil || id != r.socket {
@@ -138,22 +149,38 @@ func (p *Plugin) sync(ctx context.Context) (retry bool) {
 				continue
 			}
 		}
-		if kerr != nil || r.registeredWith == kubelet {
-			continue
+		if kerr == nil && r.registeredWith != kubelet {
+			register = append(register, r)
 		}
-		if err := p.register(ctx, r); err != nil {
-			if ctx.Err() == nil {
-				logger.Error(err, "Registration with the kubelet failed; retrying", "resource", r.fullName)
-				retry = true
+	}
+	// Every resource registers at once: one slow registration must not
+	// hold up the others.
+	failed := make([]bool, len(register))
+	var wg sync.WaitGroup
+	for i, r := range register {
+		wg.Go(func() {
+			if err := p.register(ctx, r); err != nil {
+				if ctx.Err() == nil {
+					logger.Error(err, "Registration with the kubelet failed; retrying", "resource", r.fullName)
+					failed[i] = true
+				}
+				return
 			}
-			continue
+			logger.Info("Registered with the kubelet", "resource", r.fullName, "socket", filepath.Join(p.cfg.Dir, r.endpoint))
+		})
+	}
+	wg.Wait()
+	for i, r := range register {
+		if failed[i] {
+			retry = true
+		} else if ctx.Err() == nil {
+			r.registeredWith = kubelet
 		}
-		r.registeredWith = kubelet
-		logger.Info("Registered with the kubelet", "resource", r.fullName, "socket", path)
 	}
 	if kerr != nil {
 		logger.V(2).Info("Kubelet registration socket is missing; registering once it appears", "path", filepath.Join(p.cfg.Dir, KubeletSocket))
 	}
+	p.passes.Add(1)
 	return retry
 }
 
@@ -178,15 +205,6 @@ func (p *Plugin) register(ctx context.Context, r *resourceServer) error {
 		return fmt.Errorf("register resource %s with the kubelet at %s: %w", r.fullName, path, err)
 	}
 	return nil
-}
-
-// forgetRegistrations makes the next sync register every server again.
-func (p *Plugin) forgetRegistrations() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, r := range p.servers {
-		r.registeredWith = fileID{}
-	}
 }
 
 // stopAll stops every server and removes its socket.
