@@ -16,6 +16,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
@@ -50,7 +51,18 @@ type Config struct {
 	// HealthResend is how often health is re-sent to the kubelet even when
 	// nothing changed (10 s when zero; the kubelet's window is 30 s).
 	HealthResend time.Duration
+	// SliceSyncDelay is how long after a change of this node's
+	// ResourceSlices (someone deleted or edited one) they are put back
+	// (DefaultSliceSyncDelay when zero).
+	SliceSyncDelay time.Duration
 }
+
+// DefaultSliceSyncDelay is how soon a node's ResourceSlices are put back
+// after someone else changed them. The library's default, 30 s, suits a
+// controller of many pools whose informer may lag; a node daemon watches
+// only its own pool (one or a few slices), so its cache is current within
+// milliseconds and a deleted slice is back within about a second.
+const DefaultSliceSyncDelay = time.Second
 
 // ClaimPreparer does the node-side work for claims allocated to this node.
 type ClaimPreparer interface {
@@ -63,6 +75,10 @@ type Driver struct {
 	cfg     Config
 	helper  *kubeletplugin.Helper
 	watcher *discovery.Watcher
+	// slices publishes the node's ResourceSlices; started by the first
+	// publish, guarded by slicesMu.
+	slicesMu sync.Mutex
+	slices   *resourceslice.Controller
 
 	mu      sync.Mutex
 	devices *discovery.Result
@@ -90,6 +106,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	logger := klog.FromContext(ctx)
 	if cfg.HealthResend <= 0 {
 		cfg.HealthResend = 10 * time.Second
+	}
+	if cfg.SliceSyncDelay <= 0 {
+		cfg.SliceSyncDelay = DefaultSliceSyncDelay
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	d := &Driver{cfg: cfg, changed: make(chan struct{}), discovered: make(chan struct{}), published: map[string]bool{}, cancel: cancel}
@@ -138,6 +157,11 @@ func (d *Driver) Stop() {
 		d.helper.Stop()
 	}
 	d.wg.Wait()
+	d.slicesMu.Lock()
+	defer d.slicesMu.Unlock()
+	if d.slices != nil {
+		d.slices.Stop()
+	}
 }
 
 // Helper exposes the kubeletplugin helper (registration status, tests).
@@ -195,9 +219,36 @@ func (d *Driver) discoveredDevices(ctx context.Context) (*discovery.Result, erro
 	}
 }
 
+// publish hands the node's devices to the ResourceSlice controller, which
+// it starts the first time: the kubeletplugin helper's own publishing
+// keeps the library's 30 s delay before it puts back a slice someone
+// deleted; this one uses SliceSyncDelay.
 func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
 	devices := Devices(res, SliceOptions{DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root, UnhealthyEffect: d.cfg.UnhealthyEffect})
-	if err := d.helper.PublishResources(ctx, Resources(d.cfg.NodeName, devices)); err != nil {
+	resources := Resources(d.cfg.NodeName, devices)
+	d.slicesMu.Lock()
+	defer d.slicesMu.Unlock()
+	if d.slices != nil {
+		d.slices.Update(&resources)
+		return
+	}
+	if ctx.Err() != nil {
+		return // stopping
+	}
+	logger := klog.LoggerWithName(klog.FromContext(ctx), "ResourceSlice controller")
+	var err error
+	d.slices, err = resourceslice.StartController(klog.NewContext(ctx, logger), resourceslice.Options{
+		DriverName: d.cfg.DriverName,
+		KubeClient: d.cfg.KubeClient,
+		Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: d.cfg.NodeName},
+		Resources:  &resources,
+		SyncDelay:  &d.cfg.SliceSyncDelay,
+		// Publishing errors are retried by the controller with backoff.
+		ErrorHandler: func(ctx context.Context, err error, msg string) {
+			utilruntime.HandleErrorWithContext(ctx, err, msg)
+		},
+	})
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing ResourceSlices failed")
 	}
 }

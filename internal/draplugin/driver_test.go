@@ -423,3 +423,19 @@ func TestHealthStreamResendsAndReportsRemovedDevices(t *testing.T) {
 	}
 	t.Fatalf("after unplug: %v, want card 2's port unhealthy as removed and card 1's healthy", h)
 }
+
+// TestDeletedSliceComesBack: a ResourceSlice of this node that someone
+// else deletes is put back after SliceSyncDelay (a second), not after the
+// library's 30 s: the wait below gives up after 20 s.
+func TestDeletedSliceComesBack(t *testing.T) {
+	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}})
+	before := n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 2 })
+	start := time.Now()
+	if err := n.client.ResourceV1().ResourceSlices().Delete(context.Background(), before[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool {
+		return len(s) == 1 && s[0].UID != before[0].UID && len(deviceNames(s)) == 2
+	})
+	t.Logf("the deleted slice was back after %s", time.Since(start).Round(time.Millisecond))
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,9 +14,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -90,6 +95,7 @@ func newNode(t testing.TB, o nodeOptions) (context.Context, *testNode, draplugin
 			Node:   testnode.New(t, tn),
 			client: fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
 		}
+		generateNames(n.client)
 		n.regDir = filepath.Join(filepath.Dir(n.DataDir), "reg")
 		if err := os.MkdirAll(n.regDir, 0o750); err != nil {
 			t.Fatal(err)
@@ -133,6 +139,27 @@ func newNode(t testing.TB, o nodeOptions) (context.Context, *testNode, draplugin
 		o.configure(&cfg)
 	}
 	return ctx, n, cfg
+}
+
+// generateNames makes the fake API server name and identify created
+// objects as a real one does (metadata.generateName, metadata.uid).
+func generateNames(c *fake.Clientset) {
+	var seq atomic.Int64
+	c.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		obj := action.(k8stesting.CreateAction).GetObject()
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return false, nil, nil
+		}
+		i := seq.Add(1)
+		if m.GetName() == "" && m.GetGenerateName() != "" {
+			m.SetName(fmt.Sprintf("%s%05d", m.GetGenerateName(), i))
+		}
+		if m.GetUID() == "" {
+			m.SetUID(types.UID(fmt.Sprintf("generated-uid-%d", i)))
+		}
+		return false, nil, nil
+	})
 }
 
 func dial(t testing.TB, path string) *grpc.ClientConn {
