@@ -2,6 +2,7 @@ package draplugin_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
@@ -94,3 +96,73 @@ func benchmarkConcurrent(b *testing.B, n int) {
 
 func BenchmarkPrepareConcurrent1(b *testing.B)  { benchmarkConcurrent(b, 1) }
 func BenchmarkPrepareConcurrent64(b *testing.B) { benchmarkConcurrent(b, 64) }
+
+// benchmarkDurablePrepare has workers goroutines prepare claims through
+// the kubelet's socket, each on its own regions one after another (no
+// programming: the AFU is loaded), perWorker claims a phase (1: bursts of
+// workers claims at once; more: a steady stream); between phases the
+// claims are unprepared with the timer stopped. It reports the
+// checkpoint flushes per prepare (counted where the checkpoint is
+// written) and the median prepare latency. skipSync writes the checkpoint
+// without flushing it: the baseline.
+func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, skipSync bool) {
+	pn := startPreparingNode(b, preparingOptions{sim: simnode.Options{Cards: workers * perWorker}, node: testnode.Options{SkipSync: skipSync}})
+	dra := pn.draClient(b)
+	devices := pn.driver.Devices().Ports()
+	phases := (b.N + len(devices) - 1) / len(devices)
+	claims := make([][]*resourceapi.ResourceClaim, phases)
+	for p := range claims {
+		for _, d := range devices {
+			claims[p] = append(claims[p], pn.claim(b, []string{d.DeviceName()}))
+		}
+	}
+	latencies := make([]time.Duration, 0, phases*len(devices))
+	var mu sync.Mutex
+	var syncs uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for p := range phases {
+		before := pn.state.CheckpointSyncs()
+		var wg sync.WaitGroup
+		for w := range workers {
+			mine := claims[p][w*perWorker : (w+1)*perWorker]
+			wg.Go(func() {
+				for _, c := range mine {
+					start := time.Now()
+					prepareOnce(b, dra, c)
+					d := time.Since(start)
+					mu.Lock()
+					latencies = append(latencies, d)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		syncs += pn.state.CheckpointSyncs() - before
+		b.StopTimer()
+		unprepareAll(b, dra, claims[p])
+		b.StartTimer()
+	}
+	b.StopTimer()
+	slices.Sort(latencies)
+	b.ReportMetric(float64(syncs)/float64(len(latencies)), "syncs/prepare")
+	b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds()), "p50-µs")
+}
+
+// BenchmarkDurablePrepare: flushes per prepare and median latency at
+// concurrency 1 and 8, with the checkpoint flushed and, as the baseline,
+// not flushed.
+func BenchmarkDurablePrepare(b *testing.B) {
+	for _, load := range []struct {
+		name               string
+		workers, perWorker int
+	}{{"concurrency-1", 1, 8}, {"concurrency-8/bursts", 8, 1}, {"concurrency-8/steady", 8, 8}} {
+		for _, skip := range []bool{false, true} {
+			name := load.name + "/sync"
+			if skip {
+				name = load.name + "/nosync"
+			}
+			b.Run(name, func(b *testing.B) { benchmarkDurablePrepare(b, load.workers, load.perWorker, skip) })
+		}
+	}
+}

@@ -16,10 +16,10 @@ import (
 )
 
 // The checkpoint file holds two slots of slotSize bytes. A save writes the
-// encoded checkpoint into the older slot in place and flushes it with
-// fdatasync: one data flush instead of a temporary file, its fsync, a
-// rename and a directory fsync, which keeps a prepare well under a
-// millisecond. A torn write can only damage the slot being written; load
+// encoded checkpoint into the older slot in place, through a descriptor
+// opened with O_DSYNC: one synchronous write, instead of a temporary file,
+// its fsync, a rename and a directory fsync (or a write and an
+// fdatasync, a system call more). A torn write can only damage the slot being written; load
 // takes the newest slot whose checksum holds. Each slot is:
 //
 //	magic "FPGACKP3" | generation uint64 LE | length uint32 LE |
@@ -48,8 +48,8 @@ type CheckpointFile struct {
 	f        *os.File
 	slotSize int64
 	gen      uint64
-	// skipSync leaves the flush out (see Config.SkipSync).
-	skipSync bool
+	// noFlush leaves the flush out (see Config.SkipSync).
+	noFlush bool
 }
 
 type slot struct {
@@ -198,11 +198,11 @@ func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
 	case errors.Is(err, ErrNewerCheckpoint):
 		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	case err == nil:
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			return nil, nil, fmt.Errorf("open checkpoint %s: %w", path, err)
+		cf := &CheckpointFile{path: path, slotSize: slotSize, gen: gen}
+		if err := cf.reopen(); err != nil {
+			return nil, nil, err
 		}
-		return &CheckpointFile{path: path, f: f, slotSize: slotSize, gen: gen}, cp, nil
+		return cf, cp, nil
 	}
 	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000"))
 	if werr := atomicfile.Write(aside, b, atomicfile.Options{Perm: 0o600}); werr != nil {
@@ -221,7 +221,8 @@ func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
 	return cf, cp, fmt.Errorf("checkpoint %s: %w; the damaged file is kept as %s", path, err, aside)
 }
 
-// Save writes cp into the older slot and flushes it.
+// Save writes cp into the older slot; it is on the disk when Save returns
+// (unless the flush is off).
 func (cf *CheckpointFile) Save(cp *Checkpoint) error {
 	payload, err := EncodeCheckpoint(cp)
 	if err != nil {
@@ -242,13 +243,35 @@ func (cf *CheckpointFile) Save(cp *Checkpoint) error {
 	if _, err := cf.f.WriteAt(encodeSlot(gen, payload), off); err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
 	}
-	if !cf.skipSync {
-		if err := unix.Fdatasync(int(cf.f.Fd())); err != nil {
-			return fmt.Errorf("flush checkpoint %s: %w", cf.path, err)
-		}
-	}
 	cf.gen = gen
 	return nil
+}
+
+// reopen opens the file for Save: with O_DSYNC, so that a write returns
+// once it is on the disk, unless noFlush.
+func (cf *CheckpointFile) reopen() error {
+	flags := os.O_RDWR
+	if !cf.noFlush {
+		flags |= unix.O_DSYNC
+	}
+	f, err := os.OpenFile(cf.path, flags, 0)
+	if err != nil {
+		return fmt.Errorf("open checkpoint %s: %w", cf.path, err)
+	}
+	if cf.f != nil {
+		cf.f.Close()
+	}
+	cf.f = f
+	return nil
+}
+
+// setFlush says whether Save flushes to the disk (see Config.SkipSync).
+func (cf *CheckpointFile) setFlush(flush bool) error {
+	if cf.noFlush == !flush {
+		return nil
+	}
+	cf.noFlush = !flush
+	return cf.reopen()
 }
 
 // rewrite replaces the file atomically with both slots holding cp, each of
@@ -263,17 +286,13 @@ func (cf *CheckpointFile) rewrite(cp *Checkpoint, size int64) error {
 	gen := cf.gen + 1
 	copy(buf[(gen%2)*uint64(size):], encodeSlot(gen, payload))
 	copy(buf[((gen+1)%2)*uint64(size):], encodeSlot(gen-1, payload))
-	if err := atomicfile.Write(cf.path, buf, atomicfile.Options{Perm: 0o600}); err != nil {
+	if err := atomicfile.Write(cf.path, buf, atomicfile.Options{Perm: 0o600, NoSync: cf.noFlush}); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(cf.path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("open checkpoint %s: %w", cf.path, err)
+	if err := cf.reopen(); err != nil {
+		return err
 	}
-	if cf.f != nil {
-		cf.f.Close()
-	}
-	cf.f, cf.slotSize, cf.gen = f, size, gen
+	cf.slotSize, cf.gen = size, gen
 	return nil
 }
 

@@ -29,7 +29,8 @@ func (s *State) update(change func(cp *Checkpoint)) uint64 {
 }
 
 // sync makes generation gen of the checkpoint durable, flushing every
-// change made so far. Callers must not hold s.mu.
+// change made so far: callers that wait while a flush runs share the next
+// one (group commit). Callers must not hold s.mu.
 func (s *State) sync(gen uint64) error {
 	j := &s.journal
 	j.mu.Lock()
@@ -44,7 +45,7 @@ func (s *State) sync(gen uint64) error {
 		j.err = fmt.Errorf("save checkpoint: %w", err)
 		return j.err
 	}
-	if !j.file.skipSync {
+	if !j.file.noFlush {
 		j.syncs.Add(1)
 	}
 	j.saved, j.err = newest, nil

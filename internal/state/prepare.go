@@ -181,36 +181,49 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	s.mu.Lock()
 	releasing := s.releasing[h.UID]
 	s.mu.Unlock()
-	if releasing {
-		s.finish(op, op.out, fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, h))
-		return
-	}
-
 	recs := s.recordDevices(plans)
 	devices, err := specDevices(recs, devs)
-	var ids []string
-	if err == nil {
-		ids, err = s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
-	}
-	if err != nil {
-		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, err))
+	if releasing || err != nil {
+		if releasing {
+			err = fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, h)
+		}
+		s.finish(op, op.out, fmt.Errorf("claim %s: %w", h, err))
 		return
 	}
-	s.step(StepSpecWritten, h.UID)
+	ids := s.cfg.CDI.DeviceIDs(string(h.UID), devices)
 	for i := range recs {
 		recs[i].CDIDeviceID = ids[i]
 	}
-	err = s.commit(func(cp *Checkpoint) {
+	// The completed record and the CDI spec go to the disk at once: a
+	// crash between them leaves a completed record whose spec Restore
+	// rewrites, or a spec Restore removes. The answer waits for both.
+	s.mu.Lock()
+	undo := s.undoRecords(append([]types.UID{h.UID}, superseded...))
+	gen := s.update(func(cp *Checkpoint) {
 		for _, other := range superseded {
 			s.dropRecord(other)
 		}
 		s.dropRecord(h.UID)
-		rec := &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: PhaseCompleted, BootID: s.bootID, Devices: recs}
-		cp.Claims[string(h.UID)] = rec
+		cp.Claims[string(h.UID)] = &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: PhaseCompleted, BootID: s.bootID, Devices: recs}
 		for _, d := range recs {
 			s.holds[d.Device] = h.UID
 		}
 	})
+	s.mu.Unlock()
+	synced := make(chan error, 1)
+	go func() { synced <- s.sync(gen) }()
+	_, specErr := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
+	if specErr == nil {
+		s.step(StepSpecWritten, h.UID)
+	}
+	err = <-synced
+	if specErr != nil {
+		if uerr := s.commit(undo); uerr != nil {
+			logger.Error(uerr, "Undoing the record of a claim whose CDI spec could not be written failed; the next prepare or a restart corrects it")
+		}
+		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, specErr))
+		return
+	}
 	for _, other := range superseded {
 		if rerr := s.cfg.CDI.RemoveClaimSpec(string(other)); rerr != nil {
 			logger.Error(rerr, "Removing the CDI spec of a superseded holder failed; the next start removes it", "holder", other)
@@ -227,6 +240,29 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	}
 	logger.V(3).Info("Prepared claim", "devices", len(recs), "superseded", superseded)
 	s.finish(op, out, nil)
+}
+
+// undoRecords returns a change that puts back the records of uids as they
+// are now (or removes them when absent), with their holds. Caller holds
+// mu.
+func (s *State) undoRecords(uids []types.UID) func(*Checkpoint) {
+	prev := map[types.UID]*ClaimRecord{}
+	for _, uid := range uids {
+		if rec := s.cp.Claims[string(uid)]; rec != nil {
+			prev[uid] = rec.clone()
+		}
+	}
+	return func(cp *Checkpoint) {
+		for _, uid := range uids {
+			s.dropRecord(uid)
+		}
+		for uid, rec := range prev {
+			cp.Claims[string(uid)] = rec
+			for _, d := range rec.Devices {
+				s.holds[d.Device] = uid
+			}
+		}
+	}
 }
 
 // finish ends an operation with its outcome. On failure, devices the

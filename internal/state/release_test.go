@@ -18,14 +18,6 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
-// stubborn is a backend that cannot be stopped once it started, like the
-// kernel's PR ioctl.
-type stubborn struct{ *program.SimProgrammer }
-
-func (s stubborn) Program(_ context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
-	return s.SimProgrammer.Program(context.Background(), card, port, payload)
-}
-
 // unprepareUntilDone calls Unprepare as the kubelet does: again while it
 // answers ErrReleasing, a bounded number of times.
 func unprepareUntilDone(t *testing.T, st *state.State, uid types.UID) {
@@ -69,7 +61,7 @@ func TestUnprepareWaitsForProgramming(t *testing.T) {
 	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
 	var lastProgrammedFor atomic.Value
 	n := testnode.New(t, testnode.Options{
-		Sim: simnode.Options{Cards: 1}, Programmer: sim, Backend: stubborn{sim},
+		Sim: simnode.Options{Cards: 1}, Programmer: sim, Backend: testnode.Stubborn{SimProgrammer: sim},
 		PrepareWait: time.Millisecond, ReleaseWait: time.Millisecond,
 		OnStep: func(step state.Step, h types.UID) {
 			if step == state.StepProgrammed {

@@ -227,7 +227,9 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		return nil, nil, err
 	}
 	warning = err
-	cpFile.skipSync = cfg.SkipSync
+	if err := cpFile.setFlush(!cfg.SkipSync); err != nil {
+		return nil, nil, err
+	}
 	s = &State{
 		cfg:       cfg,
 		ctx:       ctx,

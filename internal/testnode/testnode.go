@@ -155,12 +155,27 @@ func (n *Node) write(t testing.TB, sim simnode.Options) {
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	n.DataDir = filepath.Join(base, "data")
-	n.RepoDir, n.CDIDir = t.TempDir(), t.TempDir()
+	n.RepoDir, n.CDIDir = t.TempDir(), tmpfsDir(t)
 	if err := os.MkdirAll(n.DataDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
 	WriteBitstream(t, filepath.Join(n.RepoDir, "accel.gbs"), simnode.DefaultInterfaceID, NewAFU)
 	WriteBitstream(t, filepath.Join(n.RepoDir, "second.gbs"), simnode.DefaultInterfaceID, SecondAFU)
+}
+
+// tmpfsDir is a directory on a tmpfs when the machine has one, as the CDI
+// spec directory (/var/run/cdi) is on a node, else on the test's disk.
+func tmpfsDir(t testing.TB) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "fdra-cdi-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // Devices scans the node.
@@ -189,4 +204,14 @@ func WriteBitstream(t testing.TB, path, interfaceID, afuID string) {
 	if err := program.WriteGBS(f, program.NewGBSMetadata(interfaceID, afuID, filepath.Base(path)), payload); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Stubborn is a backend that cannot be stopped once it started, like the
+// kernel's PR ioctl: it programs through its SimProgrammer and ignores its
+// context.
+type Stubborn struct{ *program.SimProgrammer }
+
+// Program implements program.Programmer.
+func (s Stubborn) Program(_ context.Context, card *discovery.Card, port *discovery.Port, payload []byte) error {
+	return s.SimProgrammer.Program(context.Background(), card, port, payload)
 }
