@@ -1,7 +1,6 @@
 package state_test
 
 import (
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -112,11 +111,4 @@ func afuID(t testing.TB, n *testnode.Node, device string) string {
 		t.Fatal(err)
 	}
 	return id
-}
-
-func errText(err error) string {
-	if err == nil {
-		return "<nil>"
-	}
-	return fmt.Sprintf("%q", err.Error())
 }
