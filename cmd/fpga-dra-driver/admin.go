@@ -30,7 +30,7 @@ func (f *adminFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.pluginDir, "plugin-dir", "", "the daemon's plugin data directory; /var/lib/kubelet/plugins/<driver-name> when empty")
 	fs.StringVar(&f.controlSocket, "control-socket", "", "the daemon's control socket; <plugin-dir>/control.sock when empty")
 	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/, used when the daemon is not running")
-	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "auto, dfl or opae, used when the daemon is not running")
+	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "card families to read when the daemon is not running: auto (every loaded one), a list (dfl,xrt), or auto with exclusions (auto,-xrt)")
 	flagenv.Twins(fs, map[string]string{
 		"driver-name":    "DRIVER_NAME",
 		"plugin-dir":     "PLUGIN_DIR",
@@ -64,11 +64,11 @@ func (f *adminFlags) daemon() *control.Client {
 // offline reads the node as the daemon would: discovery below --root and
 // the holds in the daemon's checkpoint (read only).
 func (f *adminFlags) offline() (*discovery.Result, map[string]*state.ClaimRecord, error) {
-	force, err := discovery.ParseKernelDriver(f.kernelDriver)
+	sel, err := discovery.ParseSelection(f.kernelDriver)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--kernel-driver: %w", err)
 	}
-	res, err := (&discovery.Scanner{Root: f.root, Force: force}).Scan()
+	res, err := (&discovery.Scanner{Root: f.root, Select: sel}).Scan()
 	if err != nil {
 		return nil, nil, err
 	}

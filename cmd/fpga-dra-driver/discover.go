@@ -24,11 +24,11 @@ func newDiscoverCommand() *cobra.Command {
 		Short: "Print the ResourceSlices the driver would publish for this node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			force, err := discovery.ParseKernelDriver(kernelDriver)
+			sel, err := discovery.ParseSelection(kernelDriver)
 			if err != nil {
 				return fmt.Errorf("--kernel-driver: %w", err)
 			}
-			s := &discovery.Scanner{Root: root, Force: force}
+			s := &discovery.Scanner{Root: root, Select: sel}
 			res, err := s.Scan()
 			if err != nil {
 				return err
@@ -36,11 +36,11 @@ func newDiscoverCommand() *cobra.Command {
 			for _, e := range res.Errors {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", e)
 			}
-			if res.Driver == discovery.DriverNone {
-				return fmt.Errorf("no FPGA kernel driver below %s: neither sys/class/fpga (OPAE) nor sys/class/fpga_region (DFL) exists", root)
+			if len(res.Drivers) == 0 {
+				return fmt.Errorf("no FPGA kernel driver below %s: none of sys/class/fpga (OPAE), sys/class/fpga_region (DFL), sys/bus/pci/drivers/xocl (XRT) exists", root)
 			}
 			if len(res.Ports()) == 0 {
-				return fmt.Errorf("the %s driver is loaded below %s but no usable FPGA port was found (%d errors above)", res.Driver, root, len(res.Errors))
+				return fmt.Errorf("the %s driver is loaded below %s but no usable FPGA port was found (%d errors above)", strings.Join(driverNames(res.Drivers), " and "), root, len(res.Errors))
 			}
 			devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Programmable: programmable, Root: root})
 			slices := draplugin.SliceObjects(driverName, nodeName, draplugin.Resources(nodeName, devices))
@@ -67,7 +67,7 @@ func newDiscoverCommand() *cobra.Command {
 	f.StringVar(&nodeName, "node-name", hostname(), "node name the slices are published for")
 	f.StringVar(&driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
 	f.StringVarP(&output, "output", "o", "yaml", "output format: json or yaml")
-	f.StringVar(&kernelDriver, "kernel-driver", "auto", "auto, dfl or opae")
+	f.StringVar(&kernelDriver, "kernel-driver", "auto", "card families to read: auto (every loaded one), a list (dfl,xrt), or auto with exclusions (auto,-xrt)")
 	f.BoolVar(&programmable, "programmable", true, "whether this node allows reprogramming")
 	flagenv.Twins(f, map[string]string{
 		"root":          "FPGA_ROOT",
@@ -81,4 +81,12 @@ func newDiscoverCommand() *cobra.Command {
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
+}
+
+func driverNames(ds []discovery.KernelDriver) []string {
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = string(d)
+	}
+	return names
 }

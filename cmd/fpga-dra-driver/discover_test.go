@@ -13,8 +13,6 @@ import (
 	"github.com/spf13/pflag"
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 )
 
 // discoverSlices runs the discover command through the root command (so
@@ -56,7 +54,7 @@ func TestSimulateThenDiscover(t *testing.T) {
 		}
 		var vf []string
 		for _, d := range got[0].Spec.Devices {
-			if v := d.Attributes[resourceapi.QualifiedName("fpga.dra.dev/"+draplugin.AttrVirtualFunction)]; v.BoolValue != nil && *v.BoolValue {
+			if v := d.Attributes[resourceapi.QualifiedName("fpga.dra.dev/"+"virtualFunction")]; v.BoolValue != nil && *v.BoolValue {
 				vf = append(vf, d.Name)
 			}
 			if d.Attributes["resource.kubernetes.io/pciBusID"].StringValue == nil {

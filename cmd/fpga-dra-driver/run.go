@@ -72,7 +72,7 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.nodeName, "node-name", "", "name of this node (required)")
 	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
 	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/; a simulated node's --dir")
-	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "auto, dfl, opae or none")
+	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "card families to read: auto (every one whose kernel driver is loaded), none, a list (dfl,xrt) or auto with exclusions (auto,-xrt); families: dfl, opae, xrt")
 	fs.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory")
 	fs.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data directory (sockets, checkpoint); /var/lib/kubelet/plugins/<driver-name> when empty")
 	fs.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from")
@@ -140,7 +140,7 @@ func run(ctx context.Context, f runFlags) error {
 	if f.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required: the node this daemon runs on")
 	}
-	force, err := discovery.ParseKernelDriver(f.kernelDriver)
+	sel, err := discovery.ParseSelection(f.kernelDriver)
 	if err != nil {
 		return fmt.Errorf("--kernel-driver: %w", err)
 	}
@@ -172,7 +172,7 @@ func run(ctx context.Context, f runFlags) error {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	scanner := &discovery.Scanner{Root: f.root, Force: force, ReadTimeout: f.readTimeout}
+	scanner := &discovery.Scanner{Root: f.root, Select: sel, ReadTimeout: f.readTimeout}
 	st, err := newState(ctx, f, client)
 	if err != nil {
 		return err

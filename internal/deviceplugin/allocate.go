@@ -25,7 +25,7 @@ const devicePermissions = "rw"
 // holder of any of them is superseded in the same step, a DRA claim's hold
 // refuses the call. The container gets:
 //
-//   - a device spec per port node (rw; never the FME node),
+//   - a device spec per node of each port (rw; never a management node),
 //   - FPGA_PORTS, FPGA_AFU_IDS, FPGA_INTERFACE_IDS and ACCELERATOR_UNITS,
 //     one comma-separated entry per port, as the DRA path's CDI spec sets
 //     them,
@@ -58,14 +58,20 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	var ports []*discovery.Port
 	var cards []*discovery.Card
 	var reqs []state.DeviceRequest
+	// Cards advertised under their vendor's names are handed over as they
+	// are: no programming hook, whatever the mode.
+	mode := p.cfg.Mode
 	for _, d := range devices {
+		if d.card.Legacy.Resource != "" {
+			mode = ModeAF
+		}
 		for _, port := range d.ports {
 			ports = append(ports, port)
 			cards = append(cards, d.card)
 			reqs = append(reqs, state.DeviceRequest{Device: port.DeviceName(), Requests: []string{d.id}})
 		}
 	}
-	h := legacyHolder(p.cfg.Mode, r.fullName, ports)
+	h := legacyHolder(mode, r.fullName, ports)
 
 	opts := []state.PrepareOption{state.Supersede(IsLegacyHolder)}
 	if rec, ok := p.cfg.State.Claim(h.UID); ok && !current(rec, reqs, devs) {
@@ -85,7 +91,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	cr := &pluginapi.ContainerAllocateResponse{}
 	envDevices := make([]cdi.Device, len(ports))
 	for i, port := range ports {
-		cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{ContainerPath: port.Node.Path, HostPath: port.Node.HostPath, Permissions: devicePermissions})
+		for _, n := range port.Nodes() {
+			cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: devicePermissions})
+		}
 		afuID := port.AFUID
 		if i < len(out.Devices) && out.Devices[i].AFUID != "" {
 			afuID = out.Devices[i].AFUID
@@ -98,7 +106,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 		}
 	}
 	cr.Envs = cdi.ContainerEnv(envDevices)
-	if p.cfg.CDI && p.cfg.Mode == ModeRegion && p.cfg.HookDevice != "" {
+	if p.cfg.CDI && mode == ModeRegion && p.cfg.HookDevice != "" {
 		cr.CdiDevices = append(cr.CdiDevices, &pluginapi.CDIDevice{Name: p.cfg.HookDevice})
 	}
 	klog.FromContext(ctx).V(2).Info("Allocated", "devices", ids, "holder", h.UID, "ports", len(ports))

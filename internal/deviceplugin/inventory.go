@@ -30,22 +30,28 @@ type device struct {
 func afDeviceID(p *discovery.Port) string     { return p.Node.Name }
 func regionDeviceID(c *discovery.Card) string { return c.FME.Name }
 
-// resource is one extended resource (the name without the domain) and its
-// devices, in discovery order.
+// resource is one extended resource (the full name, with its domain) and
+// its devices, in discovery order.
 type resource struct {
 	name    string
 	devices []*device
 }
 
-// inventory groups a discovery result into the mode's resources. A port
-// held in holders by anyone but a legacy holder (a DRA claim from before
-// the node switched modes) is advertised unhealthy, so the kubelet does not
-// hand it out twice. Ports that cannot be named (no readable or an all-f
-// AFU ID in af mode) are left out and reported.
-func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (map[string]*resource, []error) {
+// inventory groups a discovery result into resources. A card whose vendor's
+// plugin named it (discovery.Legacy, e.g. amd.com/<VBNV>-<timestamp>) is
+// one device of that resource whatever the mode; other cards get the Intel
+// plugin's names in domain, by mode. A port held in holders by anyone but
+// a legacy holder (a DRA claim from before the node switched modes) is
+// advertised unhealthy, so the kubelet does not hand it out twice. Ports
+// that cannot be named (no readable or an all-f AFU ID in af mode) are
+// left out and reported.
+func inventory(res *discovery.Result, mode Mode, domain string, holders map[string]types.UID) (map[string]*resource, []error) {
 	out := map[string]*resource{}
 	var errs []error
 	add := func(name string, d *device) {
+		if !strings.Contains(name, "/") {
+			name = domain + "/" + name
+		}
 		r := out[name]
 		if r == nil {
 			r = &resource{name: name}
@@ -55,7 +61,11 @@ func inventory(res *discovery.Result, mode Mode, holders map[string]types.UID) (
 		r.devices = append(r.devices, d)
 	}
 	for _, c := range res.Cards {
-		if len(c.Ports) == 0 {
+		switch {
+		case len(c.Ports) == 0:
+			continue
+		case c.Legacy.Resource != "":
+			add(c.Legacy.Resource, &device{id: c.Legacy.DeviceID, card: c, ports: c.Ports})
 			continue
 		}
 		if mode == ModeRegion {

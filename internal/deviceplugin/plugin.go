@@ -82,7 +82,7 @@ type Plugin struct {
 
 	mu      sync.Mutex
 	devices *discovery.Result
-	servers map[string]*resourceServer // by resource name without domain
+	servers map[string]*resourceServer // by full resource name
 	retired []*resourceServer          // to stop at the next sync
 
 	// passes counts completed syncs; handled is the last directory event
@@ -194,7 +194,7 @@ func (p *Plugin) poke() {
 func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
 	res.Report(logger, p.cfg.Scanner.Root)
-	inv, errs := inventory(res, p.cfg.Mode, p.cfg.State.Holders())
+	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, p.cfg.State.Holders())
 	for _, err := range errs {
 		logger.Error(err, "FPGA device is not advertised")
 	}

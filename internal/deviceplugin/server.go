@@ -42,13 +42,14 @@ type resourceServer struct {
 
 var _ pluginapi.DevicePluginServer = &resourceServer{}
 
-func newResourceServer(p *Plugin, name string) *resourceServer {
-	full := p.cfg.Domain + "/" + name
+// newResourceServer serves the resource fullName ("domain/name").
+func newResourceServer(p *Plugin, fullName string) *resourceServer {
+	domain, name, _ := strings.Cut(fullName, "/")
 	return &resourceServer{
 		plugin:   p,
 		name:     name,
-		fullName: full,
-		endpoint: endpointName(p.cfg.Dir, p.cfg.Domain, name),
+		fullName: fullName,
+		endpoint: endpointName(p.cfg.Dir, domain, name),
 		byID:     map[string]*device{},
 		changed:  make(chan struct{}),
 		removed:  make(chan struct{}),

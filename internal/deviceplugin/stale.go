@@ -78,6 +78,10 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	devices := map[string][]string{}
 	for _, c := range devs.Cards {
 		for _, p := range c.Ports {
+			if c.Legacy.DeviceID != "" {
+				devices[c.Legacy.DeviceID] = append(devices[c.Legacy.DeviceID], p.DeviceName())
+				continue
+			}
 			devices[afDeviceID(p)] = append(devices[afDeviceID(p)], p.DeviceName())
 			devices[regionDeviceID(c)] = append(devices[regionDeviceID(c)], p.DeviceName())
 		}

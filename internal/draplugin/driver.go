@@ -145,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		d.Stop()
 		return nil, fmt.Errorf("discover devices: %w", err)
 	}
-	logger.Info("FPGA DRA driver started", "driver", cfg.DriverName, "node", cfg.NodeName, "kernelDriver", d.Devices().Driver, "devices", len(d.Devices().Ports()))
+	logger.Info("FPGA DRA driver started", "driver", cfg.DriverName, "node", cfg.NodeName, "kernelDrivers", d.Devices().Drivers, "devices", len(d.Devices().Ports()))
 	return d, nil
 }
 

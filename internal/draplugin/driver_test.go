@@ -78,7 +78,7 @@ func TestPublishedSlices(t *testing.T) {
 				if v := attr(draplugin.AttrKernelDriver).StringValue; v == nil || *v != string(drv) {
 					t.Errorf("%s kernelDriver %v", d.Name, v)
 				}
-				if v := attr(draplugin.AttrPortID).IntValue; v == nil || *v != int64(p.ID) {
+				if v := attr("portID").IntValue; v == nil || *v != int64(p.ID) {
 					t.Errorf("%s portID %v, want %d", d.Name, v, p.ID)
 				}
 				if v := d.Attributes["resource.kubernetes.io/pciBusID"].StringValue; v == nil || *v != p.PCIAddress {
@@ -189,8 +189,8 @@ func TestNoDriverPublishesNothing(t *testing.T) {
 	n := startNode(t, nodeOptions{configure: func(c *draplugin.Config) {
 		c.Scanner = &discovery.Scanner{Root: t.TempDir()}
 	}})
-	if res := n.driver.Devices(); res.Driver != discovery.DriverNone || len(res.Cards) != 0 {
-		t.Fatalf("want driver none, got %q with %d cards", res.Driver, len(res.Cards))
+	if res := n.driver.Devices(); len(res.Drivers) != 0 || len(res.Cards) != 0 {
+		t.Fatalf("want no driver, got %v with %d cards", res.Drivers, len(res.Cards))
 	}
 	list, err := n.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -351,8 +351,9 @@ func TestKubeletCallsBeforeFirstDiscovery(t *testing.T) {
 // (socket_id, PCI IDs, bitstream_id, NUMA affinity) is left out of the
 // device, never published as 0 or "", so a selector on it fails to match.
 func TestDevicesLeaveOutUnreportedAttributes(t *testing.T) {
-	port := &discovery.Port{ID: 0, PCIAddress: "0000:81:00.0", Node: discovery.DevNode{Name: "dfl-port.0"}, AFUID: simnode.SampleAFUID, Health: discovery.Health{Healthy: true}}
-	res := &discovery.Result{Driver: discovery.DriverDFL, Cards: []*discovery.Card{{
+	port := &discovery.Port{ID: 0, PCIAddress: "0000:81:00.0", Node: discovery.DevNode{Name: "dfl-port.0"}, AFUID: simnode.SampleAFUID, Health: discovery.Health{Healthy: true},
+		Attributes: []discovery.Attribute{{Name: "portID", Value: int64(0)}}}
+	res := &discovery.Result{Drivers: []discovery.KernelDriver{discovery.DriverDFL}, Cards: []*discovery.Card{{
 		Driver: discovery.DriverDFL, PCIAddress: "0000:81:00.0", NUMANode: -1, SocketID: -1,
 		InterfaceID: simnode.DefaultInterfaceID, Ports: []*discovery.Port{port},
 	}}}
@@ -361,12 +362,12 @@ func TestDevicesLeaveOutUnreportedAttributes(t *testing.T) {
 		t.Fatalf("%d devices, want 1", len(devices))
 	}
 	attrs := devices[0].Attributes
-	for _, name := range []string{draplugin.AttrSocketID, draplugin.AttrNUMANode, draplugin.AttrVendorID, draplugin.AttrDeviceID, draplugin.AttrModel, draplugin.AttrBitstreamID} {
+	for _, name := range []string{"socketID", draplugin.AttrNUMANode, draplugin.AttrVendorID, draplugin.AttrDeviceID, draplugin.AttrModel, "bitstreamID"} {
 		if a, ok := attrs[resourceapi.QualifiedName(driverName+"/"+name)]; ok {
 			t.Errorf("unreported %s published as %+v", name, a)
 		}
 	}
-	for _, name := range []string{draplugin.AttrInterfaceID, draplugin.AttrAFUID, draplugin.AttrPortID} {
+	for _, name := range []string{draplugin.AttrInterfaceID, draplugin.AttrAFUID, "portID"} {
 		if _, ok := attrs[resourceapi.QualifiedName(driverName+"/"+name)]; !ok {
 			t.Errorf("%s missing", name)
 		}

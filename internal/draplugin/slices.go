@@ -2,6 +2,7 @@ package draplugin
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,56 +14,23 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// Attribute names, qualified by the driver name in a slice.
+// Attribute names every device has (where known), qualified by the
+// driver name in a slice. A family adds its own (discovery.Attribute).
 const (
-	AttrInterfaceID     = "interfaceID"
-	AttrAFUID           = "afuID"
-	AttrKernelDriver    = "kernelDriver"
-	AttrVendorID        = "vendorID"
-	AttrDeviceID        = "deviceID"
-	AttrModel           = "model"
-	AttrNUMANode        = "numaNode"
-	AttrSocketID        = "socketID"
-	AttrBitstreamID     = "bitstreamID"
-	AttrPortID          = "portID"
-	AttrVirtualFunction = "virtualFunction"
-	AttrProgrammable    = "programmable"
-	AttrHealthy         = "healthy"
+	AttrInterfaceID  = "interfaceID"
+	AttrAFUID        = "afuID"
+	AttrKernelDriver = "kernelDriver"
+	AttrVendorID     = "vendorID"
+	AttrDeviceID     = "deviceID"
+	AttrModel        = "model"
+	AttrNUMANode     = "numaNode"
+	AttrProgrammable = "programmable"
+	AttrHealthy      = "healthy"
 )
 
 // TaintUnhealthy is the key of the NoSchedule taint an unhealthy device
 // carries in the slice; its value says why in a few words.
 const TaintUnhealthy = "unhealthy"
-
-// models names the cards the DFL PCI driver binds, by vendor:device.
-var models = map[string]string{
-	"0x8086:0x09c4": "Intel PAC Arria 10 GX",
-	"0x8086:0x09c5": "Intel PAC Arria 10 GX (VF)",
-	"0x8086:0x0b2b": "Intel PAC D5005",
-	"0x8086:0x0b2c": "Intel PAC D5005 (VF)",
-	"0x8086:0x0b30": "Intel FPGA PAC N3000",
-	"0x8086:0x0b31": "Intel FPGA PAC N3000 (VF)",
-	"0x8086:0xbcc0": "Intel Xeon with integrated FPGA (6.x)",
-	"0x8086:0xbcc1": "Intel Xeon with integrated FPGA (6.x, VF)",
-	"0x8086:0xbcbd": "Intel Xeon with integrated FPGA (5.x)",
-	"0x8086:0xbcbf": "Intel Xeon with integrated FPGA (5.x, VF)",
-	"0x8086:0xbcce": "Intel DFL FPGA card",
-	"0x8086:0xbccf": "Intel DFL FPGA card (VF)",
-	"0x1c2c:0x1000": "Silicom FPGA SmartNIC N5010",
-	"0x1c2c:0x1001": "Silicom FPGA SmartNIC N5011",
-}
-
-// Model returns a readable card name, or "vendor:device" when unknown.
-func Model(vendorID, deviceID string) string {
-	if vendorID == "" || deviceID == "" {
-		return ""
-	}
-	key := strings.ToLower(vendorID + ":" + deviceID)
-	if m, ok := models[key]; ok {
-		return m
-	}
-	return key
-}
 
 // SliceOptions are the node-level facts that go into every device.
 type SliceOptions struct {
@@ -96,30 +64,33 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 		return resourceapi.QualifiedName(o.DriverName + "/" + name)
 	}
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
-	num := func(n int) resourceapi.DeviceAttribute {
-		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))}
-	}
 	flag := func(b bool) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{BoolValue: ptr.To(b)} }
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		q(AttrInterfaceID):     str(c.InterfaceID),
-		q(AttrKernelDriver):    str(string(c.Driver)),
-		q(AttrVendorID):        str(c.VendorID),
-		q(AttrDeviceID):        str(c.DeviceID),
-		q(AttrModel):           str(Model(c.VendorID, c.DeviceID)),
-		q(AttrBitstreamID):     str(c.BitstreamID),
-		q(AttrPortID):          num(p.ID),
-		q(AttrVirtualFunction): flag(p.VirtualFunction),
-		q(AttrProgrammable):    flag(o.Programmable),
-		q(AttrHealthy):         flag(p.Health.Healthy),
+	model := c.Model
+	if model == "" && c.VendorID != "" && c.DeviceID != "" {
+		model = strings.ToLower(c.VendorID + ":" + c.DeviceID)
 	}
-	if p.AFUID != "" {
-		attrs[q(AttrAFUID)] = str(p.AFUID)
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		q(AttrInterfaceID):  str(c.InterfaceID),
+		q(AttrAFUID):        str(p.AFUID),
+		q(AttrKernelDriver): str(string(c.Driver)),
+		q(AttrVendorID):     str(c.VendorID),
+		q(AttrDeviceID):     str(c.DeviceID),
+		q(AttrModel):        str(model),
+		q(AttrProgrammable): flag(o.Programmable),
+		q(AttrHealthy):      flag(p.Health.Healthy),
 	}
 	if c.NUMANode >= 0 {
-		attrs[q(AttrNUMANode)] = num(c.NUMANode)
+		attrs[q(AttrNUMANode)] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(c.NUMANode))}
 	}
-	if c.SocketID >= 0 {
-		attrs[q(AttrSocketID)] = num(c.SocketID)
+	for _, a := range append(slices.Clone(c.Attributes), p.Attributes...) {
+		switch v := a.Value.(type) {
+		case string:
+			attrs[q(a.Name)] = str(v)
+		case int64:
+			attrs[q(a.Name)] = resourceapi.DeviceAttribute{IntValue: ptr.To(v)}
+		case bool:
+			attrs[q(a.Name)] = flag(v)
+		}
 	}
 	// An attribute the kernel did not report is left out, never published
 	// empty: a selector that tests it then fails instead of matching "".

@@ -11,8 +11,9 @@ import (
 // Device is one allocated port as a container gets it. Build it with
 // NewDevice; the zero Device is rejected by Writer.WriteClaimSpec.
 type Device struct {
-	name        string
-	node        discovery.DevNode
+	name string
+	// nodes are the device's nodes, its main node first.
+	nodes       []discovery.DevNode
 	pciAddress  string
 	afuID       string
 	interfaceID string
@@ -25,9 +26,11 @@ type Device struct {
 // function loaded behind it (the port's AFUID when afuID is empty: pass the
 // ID read after programming when the driver programmed the port).
 //
-// The device's only device node is the port's. A port whose node is missing,
-// not an absolute path, or the card's FME node is recorded as an error that
-// WriteClaimSpec returns, so a discovery bug can never hand the FME to a
+// The device's nodes are the port's own (port.Nodes: an Intel port's node;
+// an Alveo card's render node and xfpga user nodes). A node that is
+// missing, not an absolute path, or one of the card's management nodes
+// (the FME, /dev/xclmgmt*) is recorded as an error that WriteClaimSpec
+// returns, so a discovery bug can never hand a management node to a
 // container.
 func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device {
 	switch {
@@ -37,20 +40,24 @@ func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device 
 		return Device{err: fmt.Errorf("device on card %s has no port", card.PCIAddress)}
 	}
 	name := port.DeviceName()
-	node := port.Node
-	switch {
-	case !filepath.IsAbs(node.Path):
-		return Device{name: name, err: fmt.Errorf("device %s: port node path %q is not absolute", name, node.Path)}
-	case node.Path == card.FME.Path || (node.Major != 0 && node.Major == card.FME.Major && node.Minor == card.FME.Minor):
-		return Device{name: name, err: fmt.Errorf("device %s: port node %s (%d:%d) is the card's FME node %s (%d:%d): refusing to hand the FME to a container",
-			name, node.Path, node.Major, node.Minor, card.FME.Path, card.FME.Major, card.FME.Minor)}
+	nodes := port.Nodes()
+	for _, node := range nodes {
+		if !filepath.IsAbs(node.Path) {
+			return Device{name: name, err: fmt.Errorf("device %s: node path %q is not absolute", name, node.Path)}
+		}
+		for _, m := range card.ManagementNodes() {
+			if node.Path == m.Path || (node.Major != 0 && node.Major == m.Major && node.Minor == m.Minor) {
+				return Device{name: name, err: fmt.Errorf("device %s: node %s (%d:%d) is the card's management node %s (%d:%d): refusing to hand it to a container",
+					name, node.Path, node.Major, node.Minor, m.Path, m.Major, m.Minor)}
+			}
+		}
 	}
 	if afuID == "" {
 		afuID = port.AFUID
 	}
 	return Device{
 		name:        name,
-		node:        node,
+		nodes:       nodes,
 		pciAddress:  port.PCIAddress,
 		afuID:       afuID,
 		interfaceID: card.InterfaceID,

@@ -19,6 +19,10 @@ const (
 	// EnvAcceleratorUnits lists the PCI address of the function carrying
 	// each port, as the b-com FPGA device plugin does.
 	EnvAcceleratorUnits = "ACCELERATOR_UNITS"
+	// EnvDeviceNodes lists every node the container got, each device's
+	// main node (the one in FPGA_PORTS) first; set only where a device has
+	// more than its main node (an Alveo card with xfpga user nodes).
+	EnvDeviceNodes = "FPGA_DEVICE_NODES"
 )
 
 // devicePermissions lets a container read and write a port node but not
@@ -44,24 +48,28 @@ func (w *Writer) buildSpec(claimUID string, devices []Device) (*cdispec.Spec, []
 		}
 		seen[d.name] = true
 
+		var nodes []*cdispec.DeviceNode
+		for _, n := range d.nodes {
+			nodes = append(nodes, &cdispec.DeviceNode{
+				Path:        n.Path,
+				HostPath:    n.HostPath,
+				Type:        "c",
+				Major:       int64(n.Major),
+				Minor:       int64(n.Minor),
+				Permissions: devicePermissions,
+			})
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
-			Name: cdiDeviceName(claimUID, d.name),
-			ContainerEdits: cdispec.ContainerEdits{
-				DeviceNodes: []*cdispec.DeviceNode{{
-					Path:        d.node.Path,
-					HostPath:    d.node.HostPath,
-					Type:        "c",
-					Major:       int64(d.node.Major),
-					Minor:       int64(d.node.Minor),
-					Permissions: devicePermissions,
-				}},
-			},
+			Name:           cdiDeviceName(claimUID, d.name),
+			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: nodes},
 		})
 		ids = append(ids, w.deviceID(claimUID, d.name))
 	}
 	values := ContainerEnv(devices)
 	for _, name := range envNames {
-		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, name+"="+values[name])
+		if v, ok := values[name]; ok {
+			spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, name+"="+v)
+		}
 	}
 
 	version, err := cdispec.MinimumRequiredVersion(spec)
@@ -73,23 +81,35 @@ func (w *Writer) buildSpec(claimUID string, devices []Device) (*cdispec.Spec, []
 }
 
 // envNames orders the variables in a spec.
-var envNames = []string{EnvPorts, EnvAFUIDs, EnvInterfaceIDs, EnvAcceleratorUnits}
+var envNames = []string{EnvPorts, EnvAFUIDs, EnvInterfaceIDs, EnvAcceleratorUnits, EnvDeviceNodes}
 
 // ContainerEnv is the environment a container with devices gets: each
 // variable a comma-separated list in device order. The DRA path puts it
 // in the claim's CDI spec; the device-plugin path returns it from Allocate.
 func ContainerEnv(devices []Device) map[string]string {
-	var ports, afuIDs, interfaceIDs, units []string
+	var ports, afuIDs, interfaceIDs, units, nodes []string
+	extra := false
 	for _, d := range devices {
-		ports = append(ports, d.node.Path)
+		if len(d.nodes) == 0 {
+			continue // rejected by NewDevice
+		}
+		ports = append(ports, d.nodes[0].Path)
+		for _, n := range d.nodes {
+			nodes = append(nodes, n.Path)
+		}
+		extra = extra || len(d.nodes) > 1
 		afuIDs = append(afuIDs, d.afuID)
 		interfaceIDs = append(interfaceIDs, d.interfaceID)
 		units = append(units, d.pciAddress)
 	}
-	return map[string]string{
+	env := map[string]string{
 		EnvPorts:            strings.Join(ports, ","),
 		EnvAFUIDs:           strings.Join(afuIDs, ","),
 		EnvInterfaceIDs:     strings.Join(interfaceIDs, ","),
 		EnvAcceleratorUnits: strings.Join(units, ","),
 	}
+	if extra {
+		env[EnvDeviceNodes] = strings.Join(nodes, ",")
+	}
+	return env
 }

@@ -221,11 +221,11 @@ func TestWriteClaimSpecRejects(t *testing.T) {
 		{name: "no card", claimUID: testClaimUID, devices: []Device{NewDevice(nil, card.Ports[0], "")}, wantErr: "no card"},
 		{name: "no port", claimUID: testClaimUID, devices: []Device{NewDevice(card, nil, "")}, wantErr: "has no port"},
 		{name: "relative node path", claimUID: testClaimUID, devices: []Device{NewDevice(card, relative, "")},
-			wantErr: `port node path "dev/dfl-port.0" is not absolute`},
+			wantErr: `node path "dev/dfl-port.0" is not absolute`},
 		{name: "FME node as a port", claimUID: testClaimUID, devices: []Device{NewDevice(card, fmeAsPort, "")},
-			wantErr: "is the card's FME node /dev/dfl-fme.0 (240:0): refusing to hand the FME to a container"},
+			wantErr: "is the card's management node /dev/dfl-fme.0 (240:0): refusing to hand it to a container"},
 		{name: "FME numbers under another name", claimUID: testClaimUID, devices: []Device{NewDevice(card, fmeNumbers, "")},
-			wantErr: "refusing to hand the FME to a container"},
+			wantErr: "refusing to hand it to a container"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -421,5 +421,49 @@ func TestNewWriter(t *testing.T) {
 		if _, err := NewWriter(tc.vendor, tc.class, tc.dir); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("NewWriter(%q, %q, %q) error = %v, want one containing %q", tc.vendor, tc.class, tc.dir, err, tc.wantErr)
 		}
+	}
+}
+
+// TestWriteClaimSpecAlveo: an Alveo card's device gets its render node and
+// its xfpga user nodes, never the management node, even when discovery
+// slipped it in among the user nodes.
+func TestWriteClaimSpecAlveo(t *testing.T) {
+	mgmt := discovery.DevNode{Name: "xclmgmt15360", Path: "/dev/xclmgmt15360", HostPath: "/dev/xclmgmt15360", Major: 505, Minor: 0}
+	port := &discovery.Port{
+		Node:       discovery.DevNode{Name: "renderD128", Path: "/dev/dri/renderD128", HostPath: "/dev/dri/renderD128", Major: 226, Minor: 128},
+		ExtraNodes: []discovery.DevNode{{Name: "dma.qdma.u15361.0", Path: "/dev/xfpga/dma.qdma.u15361.0", HostPath: "/dev/xfpga/dma.qdma.u15361.0", Major: 506, Minor: 0}},
+		PCIAddress: "0000:3c:00.1", AFUID: testAFUID1,
+	}
+	card := &discovery.Card{Driver: discovery.DriverXRT, PCIAddress: "0000:3c:00.1", InterfaceID: testInterfaceID, Management: []discovery.DevNode{mgmt}, Ports: []*discovery.Port{port}}
+	w, dir := newTestWriter(t)
+	ids, err := w.WriteClaimSpec(testClaimUID, []Device{NewDevice(card, port, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ociSpec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if _, err := cache.InjectDevices(ociSpec, ids...); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, d := range ociSpec.Linux.Devices {
+		paths = append(paths, d.Path)
+	}
+	if diff := cmp.Diff([]string{"/dev/dri/renderD128", "/dev/xfpga/dma.qdma.u15361.0"}, paths); diff != "" {
+		t.Errorf("device nodes (-want +got):\n%s", diff)
+	}
+	if !slices.Contains(ociSpec.Process.Env, "FPGA_PORTS=/dev/dri/renderD128") ||
+		!slices.Contains(ociSpec.Process.Env, "FPGA_DEVICE_NODES=/dev/dri/renderD128,/dev/xfpga/dma.qdma.u15361.0") ||
+		!slices.Contains(ociSpec.Process.Env, "FPGA_AFU_IDS="+testAFUID1) {
+		t.Errorf("env %q", ociSpec.Process.Env)
+	}
+
+	slipped := *port
+	slipped.ExtraNodes = append(slices.Clone(port.ExtraNodes), mgmt)
+	if _, err := w.WriteClaimSpec(testOtherUID, []Device{NewDevice(card, &slipped, "")}); err == nil || !strings.Contains(err.Error(), "/dev/xclmgmt15360") {
+		t.Fatalf("a management node among the user nodes: %v, want it refused", err)
 	}
 }

@@ -1,5 +1,8 @@
-// Package discovery finds FPGA cards and their ports in a sysfs/devfs tree
-// laid out by the Linux in-tree DFL driver or the out-of-tree OPAE driver.
+// Package discovery finds the FPGA cards of a node and their devices in its
+// sysfs/devfs tree. The model (Card, Port, Health) is the same for every
+// card family; each family (families.go: Intel cards under the Linux
+// in-tree DFL driver or the out-of-tree OPAE driver, AMD/Xilinx Alveo cards
+// under XRT) finds and refreshes its own cards.
 //
 // Every path is read below a root directory, so the same code runs on a host
 // (root "/") and on a simulated tree written by package simnode.
@@ -25,16 +28,58 @@ const (
 	DriverXRT KernelDriver = "xrt"
 )
 
-// ParseKernelDriver accepts "auto", "dfl", "opae", "xrt" or "none". "auto"
-// yields "".
-func ParseKernelDriver(s string) (KernelDriver, error) {
-	switch s {
-	case "", "auto":
-		return "", nil
-	case string(DriverDFL), string(DriverOPAE), string(DriverXRT), string(DriverNone):
-		return KernelDriver(s), nil
+// Selection says which families a Scanner reads: Only those (every family
+// whose kernel driver is loaded when empty), except Exclude.
+type Selection struct {
+	Only, Exclude []KernelDriver
+}
+
+// ParseSelection parses a --kernel-driver value: "auto" (every family
+// whose kernel driver is loaded), "none", a comma-separated list of
+// families ("dfl,xrt"), or "auto" followed by exclusions ("auto,-xrt").
+func ParseSelection(s string) (Selection, error) {
+	var sel Selection
+	if s == "" || s == "auto" {
+		return sel, nil
 	}
-	return "", fmt.Errorf("kernel driver %q is not one of auto, dfl, opae, xrt, none", s)
+	auto := false
+	for i, part := range strings.Split(s, ",") {
+		name, exclude := strings.CutPrefix(strings.TrimSpace(part), "-")
+		switch {
+		case i == 0 && name == "auto" && !exclude:
+			auto = true
+			continue
+		case name == string(DriverNone) && !exclude && s == name:
+			return Selection{Only: []KernelDriver{DriverNone}}, nil
+		case familyOf(KernelDriver(name)) == nil:
+			return Selection{}, fmt.Errorf("kernel driver %q is not one of %s (or auto, none; \"auto,-xrt\" excludes one)", name, strings.Join(familyNames(), ", "))
+		case exclude && !auto:
+			return Selection{}, fmt.Errorf("kernel driver %q: an exclusion follows \"auto\", as in \"auto,-%s\"", part, name)
+		case exclude:
+			sel.Exclude = append(sel.Exclude, KernelDriver(name))
+		case auto:
+			return Selection{}, fmt.Errorf("kernel driver %q: after \"auto\" only exclusions (\"-%s\") may follow", part, name)
+		default:
+			sel.Only = append(sel.Only, KernelDriver(name))
+		}
+	}
+	return sel, nil
+}
+
+// String renders a selection as ParseSelection reads it.
+func (sel Selection) String() string {
+	if len(sel.Only) == 0 {
+		parts := []string{"auto"}
+		for _, d := range sel.Exclude {
+			parts = append(parts, "-"+string(d))
+		}
+		return strings.Join(parts, ",")
+	}
+	parts := make([]string, len(sel.Only))
+	for i, d := range sel.Only {
+		parts[i] = string(d)
+	}
+	return strings.Join(parts, ",")
 }
 
 // DevNode is a character device exposed by the kernel: its sysfs directory,
@@ -53,30 +98,49 @@ type DevNode struct {
 	Minor    uint32
 }
 
-// Card is one FPGA card: the PCI physical function that carries the FPGA
-// Management Engine (FME), with every port found on it and on its SR-IOV
-// virtual functions.
+// Card is one FPGA card: for Intel cards the PCI physical function that
+// carries the FPGA Management Engine (FME), with every port found on it and
+// on its SR-IOV virtual functions; for an Alveo card its user PF (with its
+// management PF found beside it).
 type Card struct {
 	Driver KernelDriver
-	// PCIAddress is the physical function's address in extended BDF form
-	// ("0000:81:00.0").
+	// PCIAddress is the card's function's address in extended BDF form
+	// ("0000:81:00.0"): the Intel physical function, the Alveo user PF.
 	PCIAddress string
-	// PCIPath is the resolved sysfs directory of the physical function.
+	// PCIPath is the resolved sysfs directory of that function.
 	PCIPath  string
 	VendorID string // "0x8086"
 	DeviceID string // "0x09c4"
+	// Model is a readable card name where the family knows the card
+	// ("Intel PAC D5005", "AMD Alveo U250"), else "".
+	Model string
 	// NUMANode is -1 when the platform reports no affinity.
 	NUMANode int
-	// SocketID is -1 when the FME has no readable socket_id.
+	// SocketID is -1 when the FME has no readable socket_id (and on cards
+	// without an FME).
 	SocketID int
-	FME      DevNode
+	// FME is the Intel card's management engine node (zero elsewhere).
+	FME DevNode
+	// Management are the card's other management nodes (an Alveo card's
+	// /dev/xclmgmt<N>). No management node is ever given to a container.
+	Management []DevNode
 	// BitstreamID is the FME's bitstream_id as the kernel prints it.
 	BitstreamID string
 	PortsNum    int
 	// InterfaceID is the canonical (32 lowercase hex) interface ID of the
-	// card's partial-reconfiguration region; never empty on a discovered card.
-	InterfaceID string
-	Ports       []*Port
+	// card's programmable region: what a bitstream must be built for.
+	// InterfaceIDs lists every one where the card has several (an Alveo
+	// shell), InterfaceID first. Intel cards are discovered only with an
+	// interface ID; an Alveo card without a usable one is unhealthy.
+	InterfaceID  string
+	InterfaceIDs []string
+	// Attributes are the family's own device attributes of the card's
+	// devices (see Attribute).
+	Attributes []Attribute
+	// Legacy names the card's devices as the device plugin of its vendor
+	// did, for the legacy endpoint.
+	Legacy Legacy
+	Ports  []*Port
 
 	// hwmon is the FME's hwmon directory ("" when it has none);
 	// interfaceIDFile the attribute the interface ID was read from. Both are
@@ -86,14 +150,52 @@ type Card struct {
 	// tempCrit is the hwmon critical temperature in millidegrees Celsius
 	// (0 until read): a threshold of the card's hardware, read once.
 	tempCrit int64
+	// mgmtPath is the management function's sysfs directory ("" without).
+	mgmtPath string
 }
 
-// Port is one accelerator port: the unit a container is given. Its
-// partial-reconfiguration region is programmed through the card's FME.
+// ManagementNodes returns every node of the card a container must never
+// get: the FME and the other management nodes.
+func (c *Card) ManagementNodes() []DevNode {
+	var out []DevNode
+	if c.FME.Path != "" {
+		out = append(out, c.FME)
+	}
+	return append(out, c.Management...)
+}
+
+// Attribute is a device attribute of one family beyond the ones every
+// family has. Value is a string, an int64 or a bool.
+type Attribute struct {
+	// Name is a C identifier of at most 32 characters ("socketID").
+	Name  string
+	Value any
+}
+
+// Legacy is how the device plugin a card's vendor shipped advertised the
+// card: the legacy endpoint keeps those names so that pod specs move over
+// unchanged.
+type Legacy struct {
+	// Resource, when set, is the one resource every device of the card is
+	// advertised under ("amd.com/<VBNV>-<timestamp>"), and DeviceID the
+	// card's device ID in it (the user PF's BDF). When empty the card is
+	// advertised under the Intel plugin's names: one af resource per
+	// loaded function or one region resource per interface ID, in the
+	// endpoint's domain.
+	Resource string
+	DeviceID string
+}
+
+// Port is one device of a card: the unit a container is given (an Intel
+// accelerator port, whose region is programmed through the card's FME; an
+// Alveo card's user function).
 type Port struct {
-	Node DevNode
+	// Node is the device's main node; ExtraNodes are further nodes a
+	// container using it gets (an Alveo card's /dev/xfpga user nodes).
+	Node       DevNode
+	ExtraNodes []DevNode
 	// ID is the port id the kernel prints in the port's "id" file; it is the
-	// port_id handed to the FME's PORT_PR ioctl.
+	// port_id handed to the FME's PORT_PR ioctl (0 on an Alveo card).
 	ID int
 	// PCIAddress is the address of the function the port sits on: the card's
 	// physical function, or a virtual function when VirtualFunction is set.
@@ -102,15 +204,22 @@ type Port struct {
 	// VirtualFunction is true for a port on an SR-IOV VF whose FME lives on
 	// the physical function (found through the VF's physfn link).
 	VirtualFunction bool
-	// AFUID is the canonical ID of the accelerator function currently loaded.
-	// Empty when it could not be read (see Health).
+	// AFUID is the canonical ID of the accelerator function currently loaded
+	// (the xclbin UUID on an Alveo card). Empty when none is loaded or it
+	// could not be read (see Health).
 	AFUID string
 	// AFUIDFile is the sysfs attribute that holds AFUID: the port's afu_id
 	// (Intel), the user PF's xclbinuuid (XRT). Empty means
 	// Node.SysfsPath/afu_id.
 	AFUIDFile string
-	Health    Health
+	// Attributes are the family's own attributes of this device.
+	Attributes []Attribute
+	Health     Health
 }
+
+// Nodes returns every node a container using the device gets: Node, then
+// ExtraNodes.
+func (p *Port) Nodes() []DevNode { return append([]DevNode{p.Node}, p.ExtraNodes...) }
 
 // Health is the outcome of the checks discovery can make on a device.
 type Health struct {
@@ -167,8 +276,10 @@ func (p *Port) DeviceName() string {
 
 // Result is one discovery pass.
 type Result struct {
-	Driver KernelDriver
-	Cards  []*Card
+	// Drivers are the kernel drivers whose cards the pass read: every
+	// family found loaded (or selected); empty when none is.
+	Drivers []KernelDriver
+	Cards   []*Card
 	// Errors holds one error per card (or port) that could not be used, for
 	// example a card without an interface ID. Those cards are not in Cards.
 	Errors []error

@@ -45,8 +45,8 @@ func TestScan(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", drv, tc.name), func(t *testing.T) {
 				n := writeNode(t, simnode.Options{Driver: drv, Cards: tc.cards, PortsPerCard: tc.ports, VF: tc.vf, DashedIDs: tc.dashed})
 				res := scan(t, n.Root)
-				if res.Driver != drv {
-					t.Fatalf("detected %q, want %q", res.Driver, drv)
+				if len(res.Drivers) != 1 || res.Drivers[0] != drv {
+					t.Fatalf("detected %v, want %q", res.Drivers, drv)
 				}
 				if len(res.Errors) != 0 {
 					t.Fatalf("unexpected errors: %v", res.Errors)
@@ -242,14 +242,14 @@ func TestScanNoDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := scan(t, root)
-	if res.Driver != discovery.DriverNone || len(res.Cards) != 0 || len(res.Errors) != 0 {
-		t.Fatalf("want driver none and nothing found, got %q %d cards %v", res.Driver, len(res.Cards), res.Errors)
+	if len(res.Drivers) != 0 || len(res.Cards) != 0 || len(res.Errors) != 0 {
+		t.Fatalf("want no driver and nothing found, got %v %d cards %v", res.Drivers, len(res.Cards), res.Errors)
 	}
 }
 
 func TestScanForcedDriverMissing(t *testing.T) {
 	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
-	_, err := (&discovery.Scanner{Root: n.Root, Force: discovery.DriverOPAE}).Scan()
+	_, err := (&discovery.Scanner{Root: n.Root, Select: discovery.Selection{Only: []discovery.KernelDriver{discovery.DriverOPAE}}}).Scan()
 	if err == nil || !strings.Contains(err.Error(), "sys/class/fpga") {
 		t.Fatalf("forcing opae on a dfl tree: want an error naming sys/class/fpga, got %v", err)
 	}

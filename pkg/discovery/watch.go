@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -187,7 +188,7 @@ func (w *Watcher) publish(ctx context.Context, res *Result) {
 // SameResult reports whether two results describe the same cards, ports,
 // IDs, health and errors.
 func SameResult(a, b *Result) bool {
-	if a.Driver != b.Driver || len(a.Errors) != len(b.Errors) {
+	if !slices.Equal(a.Drivers, b.Drivers) || len(a.Errors) != len(b.Errors) {
 		return false
 	}
 	for i := range a.Errors {
@@ -231,10 +232,10 @@ func (w *Watcher) Start(ctx context.Context) (<-chan struct{}, error) {
 // driver below root, no usable card, and every card or port left out.
 func (r *Result) Report(logger klog.Logger, root string) {
 	switch {
-	case r.Driver == DriverNone:
-		logger.Info("No FPGA kernel driver is loaded (neither sys/class/fpga nor sys/class/fpga_region exists below the root): offering no devices", "root", root)
+	case len(r.Drivers) == 0:
+		logger.Info("No FPGA kernel driver is loaded (none of sys/class/fpga, sys/class/fpga_region, sys/bus/pci/drivers/xocl exists below the root): offering no devices", "root", root)
 	case len(r.Cards) == 0:
-		logger.Info("No usable FPGA card found", "kernelDriver", r.Driver)
+		logger.Info("No usable FPGA card found", "kernelDrivers", r.Drivers)
 	}
 	for _, err := range r.Errors {
 		logger.Error(err, "FPGA card or port is not usable and is not offered")

@@ -1,7 +1,8 @@
 // Package simnode writes simulated FPGA nodes: sysfs and devfs trees laid out
-// exactly as the Linux DFL driver and the out-of-tree OPAE driver lay them
-// out (class links, /sys/dev/char links, /sys/bus/pci/devices links, PCI
-// attributes, FME and port attributes, PR-region directories) with real
+// exactly as the Linux DFL driver and the out-of-tree OPAE driver lay out
+// Intel cards (class links, /sys/dev/char links, /sys/bus/pci/devices
+// links, PCI attributes, FME and port attributes, PR-region directories)
+// and as XRT lays out AMD/Xilinx Alveo cards (alveo.go), with real
 // character device nodes where the process may create them, and the
 // /dev/char/MAJOR:MINOR links udev adds beside them.
 //
@@ -49,7 +50,9 @@ const maxCards = 124
 
 // Options describes the node to write.
 type Options struct {
-	Driver       discovery.KernelDriver // dfl or opae
+	// Driver is the Intel cards' driver, dfl or opae; "" writes no Intel
+	// driver (Cards must then be 0).
+	Driver       discovery.KernelDriver
 	Cards        int
 	PortsPerCard int
 	// VF puts every port on its own SR-IOV virtual function; the FME stays
@@ -66,6 +69,11 @@ type Options struct {
 	// devices (for processes without CAP_MKNOD). Write falls back to it on
 	// EPERM and says so in Node.RegularFiles.
 	RegularFiles bool
+	// Alveo adds one Alveo card per entry, of that model (AlveoModels:
+	// "u250", "u55c").
+	Alveo []string
+	// AlveoXclbinUUID is loaded on every Alveo card ("" loads none).
+	AlveoXclbinUUID string
 }
 
 // Node is a written simulated node.
@@ -76,6 +84,7 @@ type Node struct {
 	// character devices (the process could not mknod).
 	RegularFiles bool
 	Cards        []*Card
+	Alveo        []*AlveoCard
 
 	nextFME, nextPort, nextRegion int
 }
@@ -103,11 +112,14 @@ type Port struct {
 
 // Write creates a simulated node below dir (which may exist) and returns it.
 func Write(dir string, opts Options) (*Node, error) {
-	if opts.Driver != discovery.DriverDFL && opts.Driver != discovery.DriverOPAE {
+	if opts.Driver != discovery.DriverDFL && opts.Driver != discovery.DriverOPAE && (opts.Driver != "" || opts.Cards > 0) {
 		return nil, fmt.Errorf("simulated driver %q is not dfl or opae", opts.Driver)
 	}
 	if opts.Cards < 0 || opts.Cards > maxCards {
 		return nil, fmt.Errorf("cards %d is outside 0..%d", opts.Cards, maxCards)
+	}
+	if opts.PortsPerCard == 0 && opts.Cards == 0 {
+		opts.PortsPerCard = 1
 	}
 	if opts.PortsPerCard < 1 || opts.PortsPerCard > 7 {
 		return nil, fmt.Errorf("ports per card %d is outside 1..7", opts.PortsPerCard)
@@ -128,18 +140,25 @@ func Write(dir string, opts Options) (*Node, error) {
 			return nil, err
 		}
 	}
-	classDir := "sys/class/fpga_region"
-	if opts.Driver == discovery.DriverOPAE {
-		classDir = "sys/class/fpga"
-	}
-	if err := os.MkdirAll(filepath.Join(abs, classDir), 0o755); err != nil {
-		return nil, err
+	if opts.Driver != "" {
+		classDir := "sys/class/fpga_region"
+		if opts.Driver == discovery.DriverOPAE {
+			classDir = "sys/class/fpga"
+		}
+		if err := os.MkdirAll(filepath.Join(abs, classDir), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.SetBootID("00000000-0000-4000-8000-000000000001"); err != nil {
 		return nil, err
 	}
 	for i := 0; i < opts.Cards; i++ {
 		if _, err := n.AddCard(); err != nil {
+			return nil, err
+		}
+	}
+	for _, model := range opts.Alveo {
+		if _, err := n.AddAlveo(model); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,6 @@ package discovery
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,162 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// layout is what differs between the DFL and OPAE sysfs trees; the walk
-// itself is shared.
-type layout struct {
-	driver KernelDriver
-	// classDir lists one link per card-level directory, relative to the root.
-	classDir string
-	// pciChild is the directory below a PCI function that holds the
-	// card-level directories ("fpga_region" / "fpga").
-	pciChild string
-	// fmePrefix and portPrefix name the FME and port children of such a
-	// directory ("dfl-fme." / "dfl-port.").
-	fmePrefix, portPrefix string
-	// fmeErrors are the FME error attributes (below errors/) that make every
-	// port of the card unhealthy when non-zero.
-	fmeErrors []string
-	// interfaceIDPath returns the attribute holding the PR interface ID of
-	// the FME at fmeDir.
-	interfaceIDPath func(fmeDir string) (string, error)
-}
-
-var dflLayout = layout{
-	driver:     DriverDFL,
-	classDir:   "sys/class/fpga_region",
-	pciChild:   "fpga_region",
-	fmeErrors:  []string{"fme_errors", "catfatal_errors"},
-	fmePrefix:  "dfl-fme.",
-	portPrefix: "dfl-port.",
-	// region0/dfl-fme.0/dfl-fme-region.N/fpga_region/regionM/compat_id
-	interfaceIDPath: func(fmeDir string) (string, error) {
-		entries, err := os.ReadDir(fmeDir)
-		if err != nil {
-			return "", err
-		}
-		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), "dfl-fme-region.") {
-				continue
-			}
-			regions := filepath.Join(fmeDir, e.Name(), "fpga_region")
-			rs, err := os.ReadDir(regions)
-			if err != nil {
-				continue
-			}
-			for _, r := range rs {
-				p := filepath.Join(regions, r.Name(), "compat_id")
-				if _, err := os.Stat(p); err == nil {
-					return p, nil
-				}
-			}
-		}
-		return "", fmt.Errorf("no dfl-fme-region.*/fpga_region/region*/compat_id below %s: load the dfl_fme_mgr, dfl_fme_br and dfl_fme_region modules", fmeDir)
-	},
-}
-
-var opaeLayout = layout{
-	driver:     DriverOPAE,
-	classDir:   "sys/class/fpga",
-	pciChild:   "fpga",
-	fmeErrors:  []string{"errors", "catfatal_errors"},
-	fmePrefix:  "intel-fpga-fme.",
-	portPrefix: "intel-fpga-port.",
-	interfaceIDPath: func(fmeDir string) (string, error) {
-		return filepath.Join(fmeDir, "pr", "interface_id"), nil
-	},
-}
-
-// Scanner discovers cards below a root directory. Scan walks the tree;
-// Refresh re-reads only the ID and health attributes of an earlier result.
-//
-// A Scanner remembers, from one Scan to the next, what the kernel does not
-// change while a device exists: the class directory's link targets, PCI IDs
-// and NUMA node, device numbers, port ids, socket, port count, bitstream ID,
-// the critical temperature, and where the interface ID and hwmon attributes
-// live. It keys them by the
-// directory entry's path and the inode number its parent's listing reports;
-// sysfs gives a node that is removed and created again a new inode number,
-// so a device that went away and came back is read afresh. A rescan thus
-// lists the directories, as every scan does, and reads again only what can
-// change (AFU and interface IDs, error registers, temperature, device
-// nodes) plus everything of devices it has not seen before.
-//
-// Set Root and Force before the first Scan; the zero value of the rest is
-// ready, and the methods are safe for concurrent use.
-type Scanner struct {
-	// Root is the directory that holds sys/ and dev/ ("/" on a host).
-	Root string
-	// Force selects a kernel driver instead of detecting it; "" detects.
-	Force KernelDriver
-	// ReadTimeout bounds how long the reads of one card may take in one
-	// Scan or Refresh; DefaultReadTimeout when zero. A card whose read
-	// outlasts it is reported unhealthy ("read of afu_id timed out"), the
-	// others are read on, and the card is not read again until the
-	// stalled read returns.
-	ReadTimeout time.Duration
-
-	mu    sync.Mutex
-	known *known
-	// stuck holds the cards (by PCI directory) whose reads outlasted
-	// ReadTimeout and have not returned yet; last the latest card of each
-	// PCI directory a pass produced.
-	stuck map[string]stuckRead
-	last  map[string]*Card
-}
-
-func (s *Scanner) readTimeout() time.Duration {
-	if s.ReadTimeout > 0 {
-		return s.ReadTimeout
-	}
-	return DefaultReadTimeout
-}
-
-// stuckCards returns a copy of the cards whose reads are stuck.
-func (s *Scanner) stuckCards() map[string]stuckRead {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.stuck)
-}
-
-// setStuck records (or, with a zero r, clears) a stuck card.
-func (s *Scanner) setStuck(pciPath string, r stuckRead, stuck bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !stuck {
-		delete(s.stuck, pciPath)
-		return
-	}
-	if s.stuck == nil {
-		s.stuck = map[string]stuckRead{}
-	}
-	s.stuck[pciPath] = r
-}
-
-// remember keeps res's cards for the passes that find them stuck.
-func (s *Scanner) remember(res *Result) {
-	last := make(map[string]*Card, len(res.Cards))
-	for _, c := range res.Cards {
-		last[c.PCIPath] = c
-	}
-	s.mu.Lock()
-	s.last = last
-	s.mu.Unlock()
-}
-
-// stalled is the card at pciPath, last seen as c (nil when never), while a
-// read of it is stuck: its ports unhealthy, everything else as last seen.
-func stalled(c *Card, r stuckRead, timeout time.Duration) *Card {
-	h := r.health(c.PCIAddress, timeout)
-	out := *c
-	out.Ports = make([]*Port, len(c.Ports))
-	for i, p := range c.Ports {
-		q := *p
-		q.Health = h
-		out.Ports[i] = &q
-	}
-	return &out
-}
 
 // known is what a scan learned that stays true while a device exists.
 type known struct {
@@ -200,67 +43,6 @@ type cardStatic struct {
 type portStatic struct {
 	node DevNode
 	id   int
-}
-
-// Detect reports which kernel driver's class directory exists below the
-// root: OPAE when sys/class/fpga exists, else DFL when sys/class/fpga_region
-// exists, else DriverNone.
-func (s *Scanner) Detect() KernelDriver {
-	if s.Force != "" {
-		return s.Force
-	}
-	if isDir(filepath.Join(s.Root, opaeLayout.classDir)) {
-		return DriverOPAE
-	}
-	if isDir(filepath.Join(s.Root, dflLayout.classDir)) {
-		return DriverDFL
-	}
-	return DriverNone
-}
-
-// Scan walks the tree once (ScanContext without a deadline).
-func (s *Scanner) Scan() (*Result, error) { return s.ScanContext(context.Background()) }
-
-// ScanContext walks the tree once. Unusable cards and ports are reported
-// in Result.Errors and left out; a card whose read is stuck is reported
-// unhealthy (see ReadTimeout). An error is returned only when the root or
-// the class directory of the detected driver cannot be read, or ctx ended.
-func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
-	res := &Result{Driver: s.Detect()}
-	var l layout
-	switch res.Driver {
-	case DriverNone:
-		// No class directory: say so when the root itself is missing.
-		if _, err := os.Stat(s.Root); err != nil {
-			return nil, fmt.Errorf("discovery root: %w: give the directory that holds sys/ and dev/ (\"/\" on a host)", err)
-		}
-		return res, nil
-	case DriverDFL:
-		l = dflLayout
-	case DriverOPAE:
-		l = opaeLayout
-	default:
-		return nil, fmt.Errorf("kernel driver %q is not dfl, opae or none", res.Driver)
-	}
-	s.mu.Lock()
-	old := s.known
-	s.mu.Unlock()
-	if old == nil {
-		old = &known{}
-	}
-	w := walker{ctx: ctx, sc: s, root: s.Root, l: l, old: old, next: &known{
-		links: map[dirKey]string{},
-		cards: map[dirKey]*cardStatic{},
-		ports: map[dirKey]*portStatic{},
-	}}
-	if err := w.walk(res); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.known = w.next
-	s.mu.Unlock()
-	s.remember(res)
-	return res, nil
 }
 
 type walker struct {
@@ -337,12 +119,12 @@ func (w *walker) walk(res *Result) error {
 	classDir := filepath.Join(w.root, w.l.classDir)
 	cd, err := openSysDir(classDir)
 	if err != nil {
-		return fmt.Errorf("read %s class directory: %w", w.l.driver, err)
+		return fmt.Errorf("read %s class directory: %w", w.l.driver_, err)
 	}
 	defer cd.close()
 	entries, err := cd.entries()
 	if err != nil {
-		return fmt.Errorf("read %s class directory: %w", w.l.driver, err)
+		return fmt.Errorf("read %s class directory: %w", w.l.driver_, err)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	listed := make([]listing, len(entries))
@@ -616,6 +398,7 @@ func (w *walker) read(p *cardPlan) {
 		}
 		return a.ID < b.ID
 	})
+	intelAttributes(p.card)
 }
 
 // readCard reads a card's fixed fields unless an earlier scan knows them,
@@ -677,7 +460,7 @@ func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
 // readCardStatic reads the fields of a card that do not change while its
 // FME exists, and reports whether every one of them was there.
 func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, bool, error) {
-	c := Card{Driver: w.l.driver, PCIAddress: filepath.Base(p.pciPath), PCIPath: p.pciPath, NUMANode: -1}
+	c := Card{Driver: w.l.driver_, PCIAddress: filepath.Base(p.pciPath), PCIPath: p.pciPath, NUMANode: -1}
 	var err error
 	if c.FME, err = w.devNode(fme); err != nil {
 		return nil, false, err

@@ -1,15 +1,11 @@
 package discovery
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -127,87 +123,7 @@ func errorValue(d sysDir, name string) uint64 {
 	return v
 }
 
-func layoutOf(d KernelDriver) (layout, error) {
-	switch d {
-	case DriverDFL:
-		return dflLayout, nil
-	case DriverOPAE:
-		return opaeLayout, nil
-	}
-	return layout{}, fmt.Errorf("kernel driver %q has no sysfs layout", d)
-}
-
-// Refresh re-reads, for every port of an earlier result, only the attributes
-// that change without a hot-plug event: AFU ID, interface ID, error registers
-// and device nodes. It never walks the tree. It returns a new result and
-// whether any published field (AFU ID, interface ID, health) changed.
-func (s *Scanner) Refresh(old *Result) (*Result, bool) {
-	return s.RefreshContext(context.Background(), old)
-}
-
-// RefreshContext is Refresh that gives up when ctx ends (returning old,
-// unchanged).
-func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, bool) {
-	l, err := layoutOf(old.Driver)
-	if err != nil {
-		return old, false
-	}
-	timeout := s.readTimeout()
-	stuck := s.stuckCards()
-	res := &Result{Driver: old.Driver, Errors: old.Errors, Cards: make([]*Card, len(old.Cards))}
-	changes := make([]bool, len(old.Cards))
-	stall := func(i int, r stuckRead) {
-		res.Cards[i] = stalled(old.Cards[i], r, timeout)
-		for k, p := range res.Cards[i].Ports {
-			changes[i] = changes[i] || p.Health.String() != old.Cards[i].Ports[k].Health.String()
-		}
-	}
-	var todo []int
-	for i, c := range old.Cards {
-		if r, ok := stuck[c.PCIPath]; ok {
-			stall(i, r)
-			continue
-		}
-		todo = append(todo, i)
-	}
-	type refreshed struct {
-		card    *Card
-		changed bool
-	}
-	trackers := make([]*tracker, len(todo))
-	for k := range trackers {
-		trackers[k] = &tracker{}
-	}
-	returned := make([]atomic.Bool, len(todo))
-	results, done, _ := boundedMap(ctx, len(todo), timeout,
-		func(k int) refreshed {
-			c, changed := l.refresh(old.Cards[todo[k]], trackers[k])
-			return refreshed{c, changed}
-		},
-		func(k int, _ refreshed) {
-			returned[k].Store(true)
-			s.setStuck(old.Cards[todo[k]].PCIPath, stuckRead{}, false)
-		})
-	if ctx.Err() != nil {
-		return old, false
-	}
-	for k, i := range todo {
-		if done[k] {
-			res.Cards[i], changes[i] = results[k].card, results[k].changed
-			continue
-		}
-		r := stuckRead{attr: trackers[k].current(), since: time.Now()}
-		s.setStuck(old.Cards[i].PCIPath, r, true)
-		if returned[k].Load() {
-			s.setStuck(old.Cards[i].PCIPath, stuckRead{}, false)
-		}
-		stall(i, r)
-	}
-	s.remember(res)
-	return res, slices.Contains(changes, true)
-}
-
-// refresh is Refresh for one card, noting its reads in tr.
+// refresh implements family: Refresh for one card, noting its reads in tr.
 func (l layout) refresh(oc *Card, tr *tracker) (*Card, bool) {
 	c := *oc
 	c.Ports = make([]*Port, len(oc.Ports))
@@ -218,7 +134,7 @@ func (l layout) refresh(oc *Card, tr *tracker) (*Card, bool) {
 		fme = fme.tracked(tr)
 		id, err := fme.readIDPath(c.interfaceIDFile)
 		if err == nil {
-			c.InterfaceID = id
+			c.InterfaceID, c.InterfaceIDs = id, []string{id}
 		}
 		card, _ = l.cardHealth(&c, fme)
 		// While the region is reprogrammed the kernel answers EBUSY and

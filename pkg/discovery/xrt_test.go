@@ -1,0 +1,188 @@
+package discovery_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+func attr(as []discovery.Attribute, name string) any {
+	for _, a := range as {
+		if a.Name == name {
+			return a.Value
+		}
+	}
+	return nil
+}
+
+// TestScanAlveo: Alveo cards alone and beside Intel cards: one device per
+// card (its user PF), the shell's IDs and names, the render and xfpga user
+// nodes, the management node kept apart, and the vendor's legacy name.
+func TestScanAlveo(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		opts        simnode.Options
+		drivers     []discovery.KernelDriver
+		intel, want int
+	}{
+		{name: "alone", opts: simnode.Options{Alveo: []string{"u250", "u55c"}}, drivers: []discovery.KernelDriver{discovery.DriverXRT}, want: 2},
+		{name: "beside DFL cards", opts: simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1, Alveo: []string{"u250", "u55c"}},
+			drivers: []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverXRT}, intel: 2, want: 4},
+		{name: "beside OPAE cards", opts: simnode.Options{Driver: discovery.DriverOPAE, Cards: 1, PortsPerCard: 2, Alveo: []string{"u55c"}},
+			drivers: []discovery.KernelDriver{discovery.DriverOPAE, discovery.DriverXRT}, intel: 1, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := writeNode(t, tc.opts)
+			res := scan(t, n.Root)
+			if !slices.Equal(res.Drivers, tc.drivers) || len(res.Errors) != 0 || len(res.Cards) != tc.want {
+				t.Fatalf("drivers %v, %d cards, errors %v; want %v and %d cards", res.Drivers, len(res.Cards), res.Errors, tc.drivers, tc.want)
+			}
+			for i, sc := range n.Alveo {
+				c := res.Cards[tc.intel+i]
+				if c.Driver != discovery.DriverXRT || c.PCIAddress != sc.UserAddress || len(c.Ports) != 1 {
+					t.Fatalf("card %d: %+v, want the user PF %s with one device", i, c, sc.UserAddress)
+				}
+				p := c.Ports[0]
+				if p.DeviceName() != "fpga-"+strings.NewReplacer(":", "-", ".", "-").Replace(sc.UserAddress)+"-p0" {
+					t.Errorf("device name %s", p.DeviceName())
+				}
+				if !slices.Equal(c.InterfaceIDs, sc.Model.InterfaceIDs) || c.InterfaceID != sc.Model.InterfaceIDs[0] {
+					t.Errorf("interface IDs %v, want %v", c.InterfaceIDs, sc.Model.InterfaceIDs)
+				}
+				if len(sc.Model.InterfaceIDs) > 1 && attr(c.Attributes, "interfaceID2") != sc.Model.InterfaceIDs[1] {
+					t.Errorf("second interface ID not published: %v", c.Attributes)
+				}
+				if attr(c.Attributes, "platform") != sc.Model.Platform || attr(c.Attributes, "shellTimestamp") != sc.Model.Timestamp ||
+					attr(c.Attributes, "logicUUID") != sc.Model.LogicID || attr(c.Attributes, "serial") == nil {
+					t.Errorf("attributes %v", c.Attributes)
+				}
+				if !strings.HasPrefix(c.Model, "AMD Alveo") || c.NUMANode < 0 {
+					t.Errorf("model %q, NUMA %d", c.Model, c.NUMANode)
+				}
+				if want := "amd.com/" + sc.Model.Platform + "-" + sc.Model.Timestamp; c.Legacy.Resource != want || c.Legacy.DeviceID != sc.UserAddress {
+					t.Errorf("legacy %+v, want %s with device %s", c.Legacy, want, sc.UserAddress)
+				}
+				nodes := []string{}
+				for _, node := range p.Nodes() {
+					nodes = append(nodes, node.HostPath)
+				}
+				want := append([]string{sc.RenderPath}, sc.XfpgaPaths...)
+				if !slices.Equal(nodes, want) {
+					t.Errorf("user nodes %v, want %v", nodes, want)
+				}
+				mgmt := c.ManagementNodes()
+				if len(mgmt) != 1 || mgmt[0].HostPath != sc.MgmtDevPath {
+					t.Errorf("management nodes %+v, want %s", mgmt, sc.MgmtDevPath)
+				}
+				for _, node := range p.Nodes() {
+					if strings.Contains(node.Path, "xclmgmt") || strings.Contains(node.Path, ".m") {
+						t.Errorf("a management node among the user nodes: %s", node.Path)
+					}
+				}
+				if !p.Health.Healthy || p.AFUID != "" {
+					t.Errorf("health %v, AFU %q: want healthy, nothing loaded", p.Health, p.AFUID)
+				}
+			}
+		})
+	}
+}
+
+// TestRefreshAlveo: a loaded xclbin, the card's status and its nodes are
+// re-read; each problem names its cause, and recovery clears it.
+func TestRefreshAlveo(t *testing.T) {
+	n := writeNode(t, simnode.Options{Alveo: []string{"u250"}})
+	sc := n.Alveo[0]
+	s := &discovery.Scanner{Root: n.Root}
+	res, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetXclbin(sc, simnode.SampleXclbinUUID); err != nil {
+		t.Fatal(err)
+	}
+	res, changed := s.Refresh(res)
+	if !changed || res.Cards[0].Ports[0].AFUID != simnode.SampleXclbinUUID {
+		t.Fatalf("after loading an xclbin: changed %v, afuID %q", changed, res.Cards[0].Ports[0].AFUID)
+	}
+	for _, tc := range []struct {
+		name, cause string
+		break_, mend func() error
+	}{
+		{"not ready", "xrt-not-ready",
+			func() error { return n.SetAlveoStatus(sc, "ready", "0x0") }, func() error { return n.SetAlveoStatus(sc, "ready", "0x1") }},
+		{"offline", "offline",
+			func() error { return n.SetAlveoStatus(sc, "dev_offline", "1") }, func() error { return n.SetAlveoStatus(sc, "dev_offline", "0") }},
+		{"all-zero interface", "interface-id-all-zero",
+			func() error { return n.SetAlveoStatus(sc, "interface_uuids", "00000000000000000000000000000000") },
+			func() error { return n.SetAlveoStatus(sc, "interface_uuids", simnode.U250InterfaceID) }},
+		{"all-f interface", "interface-id-all-f",
+			func() error { return n.SetAlveoStatus(sc, "interface_uuids", discovery.AllF) },
+			func() error { return n.SetAlveoStatus(sc, "interface_uuids", simnode.U250InterfaceID) }},
+		{"no interface", "interface-id-missing",
+			func() error { return n.SetAlveoStatus(sc, "interface_uuids", "") },
+			func() error { return n.SetAlveoStatus(sc, "interface_uuids", simnode.U250InterfaceID) }},
+		{"render node missing", "device-node-missing",
+			func() error { return os.Rename(sc.RenderPath, sc.RenderPath+".away") }, func() error { return os.Rename(sc.RenderPath+".away", sc.RenderPath) }},
+		{"management PF offline", "mgmt-offline",
+			func() error { return os.WriteFile(filepath.Join(sc.MgmtPath, "dev_offline"), []byte("1\n"), 0o644) },
+			func() error { return os.WriteFile(filepath.Join(sc.MgmtPath, "dev_offline"), []byte("0\n"), 0o644) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.break_(); err != nil {
+				t.Fatal(err)
+			}
+			broken, changed := s.Refresh(res)
+			h := broken.Cards[0].Ports[0].Health
+			if !changed || h.Healthy || h.Cause() != tc.cause {
+				t.Fatalf("changed %v, health %+v; want cause %s", changed, h, tc.cause)
+			}
+			if strings.HasPrefix(tc.cause, "interface-id") && broken.Cards[0].InterfaceID != "" {
+				t.Fatalf("an unusable interface ID %q is kept", broken.Cards[0].InterfaceID)
+			}
+			if err := tc.mend(); err != nil {
+				t.Fatal(err)
+			}
+			mended, _ := s.Refresh(broken)
+			if h := mended.Cards[0].Ports[0].Health; !h.Healthy || mended.Cards[0].InterfaceID != simnode.U250InterfaceID {
+				t.Fatalf("after mending: %v, interface %q", h, mended.Cards[0].InterfaceID)
+			}
+		})
+	}
+}
+
+// TestSelectFamilies: --kernel-driver picks, forces and excludes families.
+func TestSelectFamilies(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1, Alveo: []string{"u250"}})
+	for _, tc := range []struct {
+		sel  string
+		want []discovery.KernelDriver
+	}{
+		{"auto", []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverXRT}},
+		{"auto,-xrt", []discovery.KernelDriver{discovery.DriverDFL}},
+		{"xrt", []discovery.KernelDriver{discovery.DriverXRT}},
+		{"dfl,xrt", []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverXRT}},
+		{"none", nil},
+	} {
+		sel, err := discovery.ParseSelection(tc.sel)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.sel, err)
+		}
+		res, err := (&discovery.Scanner{Root: n.Root, Select: sel}).Scan()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.sel, err)
+		}
+		if !slices.Equal(res.Drivers, tc.want) {
+			t.Errorf("%s: read %v, want %v", tc.sel, res.Drivers, tc.want)
+		}
+	}
+	for _, bad := range []string{"xilinx", "-xrt", "auto,dfl", "dfl,-xrt"} {
+		if _, err := discovery.ParseSelection(bad); err == nil {
+			t.Errorf("selection %q accepted", bad)
+		}
+	}
+}
