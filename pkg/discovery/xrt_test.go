@@ -110,7 +110,7 @@ func TestRefreshAlveo(t *testing.T) {
 		t.Fatalf("after loading an xclbin: changed %v, afuID %q", changed, res.Cards[0].Ports[0].AFUID)
 	}
 	for _, tc := range []struct {
-		name, cause string
+		name, cause  string
 		break_, mend func() error
 	}{
 		{"not ready", "xrt-not-ready",
