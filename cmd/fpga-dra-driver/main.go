@@ -35,5 +35,6 @@ func newRootCommand() *cobra.Command {
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand(),
 		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand())
+	root.AddCommand(newTemplateCommand())
 	return root
 }
