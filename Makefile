@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries e2e-autoscale autoscaler-binaries clean
 
 all: build
 
@@ -79,6 +79,21 @@ demo-down:
 e2e: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
 	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
+
+# Karpenter core with the kwok provider and FPGA instance types
+# (test/e2e/autoscale/provider, its own module, built with Go 1.27.3 fetched
+# through the module proxy) and the kwok controller, cached outside the
+# repository (~12 minutes cold on 2 cores, seconds warm).
+autoscaler-binaries:
+	hack/e2e/build-autoscaler-binaries.sh
+
+# Autoscaling end to end (run by .ci/run after `make e2e`): a local control
+# plane, Karpenter with DRA simulation on, kwok's fake kubelets, and the
+# driver in simulation mode on every node Karpenter launches.
+e2e-autoscale:
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && abin="$$(hack/e2e/build-autoscaler-binaries.sh)" && \
+	(cd test/e2e/autoscale/provider && GOTOOLCHAIN="$$(sed -n 's/^toolchain //p' go.mod)" $(GO) test -trimpath -count=1 ./...) && \
+	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_AUTOSCALER_BIN="$$abin" $(GO) test -count=1 -timeout 20m -v ./test/e2e/autoscale/
 
 clean:
 	rm -rf $(BIN) _output
