@@ -76,7 +76,7 @@ json) or Karpenter's InstanceType.DynamicResources in JSON (-o karpenter).`,
 	f := cmd.Flags()
 	f.StringVar(&shape.Model, "model", "", "card model: "+strings.Join(slicetemplate.ModelNames(), ", "))
 	f.IntVar(&shape.Cards, "cards", 1, "with --model: cards per node")
-	f.StringVar(&shape.InterfaceID, "interface-id", "", "with --model: interface ID of the cards' FIM (32 hex digits; a running node shows it in `discover`)")
+	f.StringVar(&shape.InterfaceID, "interface-id", "", "with --model: interface `ID` of the cards' FIM, 32 hex digits (the interfaceID a running node publishes; fpga-dra-driver discover shows it)")
 	f.BoolVar(&shape.VirtualFunctions, "vf", false, "with --model: every port on its own SR-IOV virtual function")
 	f.StringVar(&root, "root", "", "read the template from the node whose sys/ and dev/ are below DIR (/ on a host, a simulated node's --dir)")
 	f.StringVar(&kernelDriver, "kernel-driver", "auto", "kernel driver of the nodes: auto (the model's first, or detected below --root), dfl or opae")
