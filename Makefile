@@ -53,11 +53,14 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeFpgaConfig -fuzztime $(FUZZTIME) ./api/v1alpha1/
 	$(GO) test -run XXX -fuzz FuzzDecodeCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 	$(GO) test -run XXX -fuzz FuzzReadCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
+	$(GO) test -run XXX -fuzz FuzzParseShape -fuzztime $(FUZZTIME) ./pkg/slicetemplate/
 
 # Binaries of a local Kubernetes node (apiserver, scheduler,
-# controller-manager, kubelet, kubectl, etcd, containerd), built from the Go
-# module proxy at pinned versions and cached outside the repository; only
-# what is missing is built (~12 minutes cold on 2 cores).
+# controller-manager, kubelet, kubectl, etcd, containerd) and Helm, built
+# from the Go module proxy at pinned versions and cached outside the
+# repository; only what is missing is built (~12 minutes cold on 2 idle
+# cores, Helm ~4 more); each step reports its time, tool output goes to
+# ~/.cache/fpga-dra-driver/build.log.
 cluster-binaries:
 	hack/e2e/build-cluster-binaries.sh
 
