@@ -95,7 +95,7 @@ autoscaler-binaries:
 # driver in simulation mode on every node Karpenter launches.
 e2e-autoscale:
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && abin="$$(hack/e2e/build-autoscaler-binaries.sh)" && \
-	(cd test/e2e/autoscale/provider && GOTOOLCHAIN="$$(sed -n 's/^toolchain //p' go.mod)" $(GO) test -trimpath -count=1 ./...) && \
+	(cd test/e2e/autoscale/provider && GOTOOLCHAIN="$$(sed -n 's/^toolchain //p' go.mod)" $(GO) test -mod=mod -trimpath -count=1 ./...) && \
 	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_AUTOSCALER_BIN="$$abin" $(GO) test -count=1 -timeout 20m -v ./test/e2e/autoscale/
 
 clean:
