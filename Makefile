@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries registry clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries registry e2e-autoscale autoscaler-binaries clean
 
 all: build
 
@@ -65,11 +65,14 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseManifest -fuzztime $(FUZZTIME) ./pkg/program/oci/
 	$(GO) test -run XXX -fuzz FuzzDecodeCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 	$(GO) test -run XXX -fuzz FuzzReadCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
+	$(GO) test -run XXX -fuzz FuzzParseShape -fuzztime $(FUZZTIME) ./pkg/slicetemplate/
 
 # Binaries of a local Kubernetes node (apiserver, scheduler,
-# controller-manager, kubelet, kubectl, etcd, containerd), built from the Go
-# module proxy at pinned versions and cached outside the repository; only
-# what is missing is built (~12 minutes cold on 2 cores).
+# controller-manager, kubelet, kubectl, etcd, containerd) and Helm, built
+# from the Go module proxy at pinned versions and cached outside the
+# repository; only what is missing is built (~12 minutes cold on 2 idle
+# cores, Helm ~4 more); each step reports its time, tool output goes to
+# ~/.cache/fpga-dra-driver/build.log.
 cluster-binaries:
 	hack/e2e/build-cluster-binaries.sh
 
@@ -91,6 +94,21 @@ demo-down:
 e2e: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
 	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
+
+# Karpenter core with the kwok provider and FPGA instance types
+# (test/e2e/autoscale/provider, its own module, built with Go 1.27.3 fetched
+# through the module proxy) and the kwok controller, cached outside the
+# repository (~12 minutes cold on 2 cores, seconds warm).
+autoscaler-binaries:
+	hack/e2e/build-autoscaler-binaries.sh
+
+# Autoscaling end to end (run by .ci/run after `make e2e`): a local control
+# plane, Karpenter with DRA simulation on, kwok's fake kubelets, and the
+# driver in simulation mode on every node Karpenter launches.
+e2e-autoscale:
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && abin="$$(hack/e2e/build-autoscaler-binaries.sh)" && \
+	(cd test/e2e/autoscale/provider && GOTOOLCHAIN="$$(sed -n 's/^toolchain //p' go.mod)" $(GO) test -mod=mod -trimpath -count=1 ./...) && \
+	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_AUTOSCALER_BIN="$$abin" $(GO) test -count=1 -timeout 20m -v ./test/e2e/autoscale/
 
 clean:
 	rm -rf $(BIN) _output

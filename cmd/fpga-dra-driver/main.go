@@ -34,6 +34,7 @@ func newRootCommand() *cobra.Command {
 	}
 	root.Flags().AddFlagSet(run.Flags())
 	root.AddCommand(run, newSimulateCommand(), newDiscoverCommand(), newHookCommand(),
-		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand(), newBitstreamCommand())
+		newListCommand(), newInfoCommand(), newInstallCommand(), newProgramCommand(), newInstallHookCommand(), newBitstreamCommand(),
+		newTemplateCommand())
 	return root
 }

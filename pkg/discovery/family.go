@@ -1,6 +1,10 @@
 package discovery
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"strings"
+)
 
 // family is one kind of FPGA card with its kernel driver: how its cards
 // are found below a root and how their changing attributes are re-read.
@@ -21,6 +25,9 @@ type family interface {
 	// status, device nodes), noting its reads in tr, and reports whether
 	// a published field changed.
 	refresh(c *Card, tr *tracker) (*Card, bool)
+	// models names the family's cards by "vendor:device" of the function
+	// a Card stands for.
+	models() map[string]string
 }
 
 // families lists every card family, in detection order. A new family is
@@ -39,6 +46,30 @@ func familyOf(d KernelDriver) family {
 		}
 	}
 	return nil
+}
+
+// ParseKernelDriver accepts one family's name ("dfl", "opae", "xrt"), or
+// "auto" or "" for none in particular ("").
+func ParseKernelDriver(s string) (KernelDriver, error) {
+	if s == "" || s == "auto" {
+		return "", nil
+	}
+	if familyOf(KernelDriver(s)) == nil {
+		return "", fmt.Errorf("kernel driver %q is not one of auto, %s", s, strings.Join(familyNames(), ", "))
+	}
+	return KernelDriver(s), nil
+}
+
+// ModelName returns the readable name of the card whose function has the
+// PCI IDs vendorID:deviceID, as discovery publishes it: the name a family
+// knows, else "vendor:device" ("" when either ID is unknown).
+func ModelName(vendorID, deviceID string) string {
+	for _, f := range families {
+		if m := modelName(f.models(), vendorID, deviceID); m != "" && m != strings.ToLower(vendorID+":"+deviceID) {
+			return m
+		}
+	}
+	return modelName(nil, vendorID, deviceID)
 }
 
 // familyNames lists the families' names.

@@ -100,6 +100,9 @@ func (l layout) scan(ctx context.Context, s *Scanner, res *Result) error {
 	return nil
 }
 
+// models implements family.
+func (l layout) models() map[string]string { return intelModels }
+
 // intelModels names the cards the DFL and OPAE PCI drivers bind, by
 // vendor:device.
 var intelModels = map[string]string{

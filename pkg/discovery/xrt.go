@@ -51,6 +51,9 @@ type xrtFamily struct{}
 
 func (xrtFamily) driver() KernelDriver { return DriverXRT }
 
+// models implements family.
+func (xrtFamily) models() map[string]string { return xrtModels }
+
 // present implements family: xocl is loaded.
 func (xrtFamily) present(root string) bool { return isDir(filepath.Join(root, xrtUserDriverDir)) }
 

@@ -131,6 +131,9 @@ func (ch *Chart) Uninstall(ctx context.Context) error {
 	return ch.c.kubectl(ctx, "delete", "namespace", ChartNamespace, "--wait=true", "--timeout=120s", "--ignore-not-found")
 }
 
+// Kubectl runs the cluster's kubectl as admin; the error holds its output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) error { return c.kubectl(ctx, args...) }
+
 func (c *Cluster) kubectl(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, c.bin("kubectl"), append([]string{"--kubeconfig", c.AdminKubeconfig}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {

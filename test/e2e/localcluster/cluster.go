@@ -43,6 +43,10 @@ type Config struct {
 	// Detach keeps the processes running after the caller exits (the
 	// demo); tests leave it false so nothing outlives them.
 	Detach bool
+	// ControlPlaneOnly starts etcd, kube-apiserver, kube-scheduler and
+	// kube-controller-manager only: no containerd, no kubelet, no node of
+	// its own (the caller brings nodes, e.g. kwok's fake ones).
+	ControlPlaneOnly bool
 	// Logf reports progress; silent when nil.
 	Logf func(format string, args ...any)
 }
@@ -76,12 +80,17 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.NodeName == "" {
 		cfg.NodeName = "fpga-e2e-node"
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "containerd", "ctr", "containerd-shim-runc-v2"} {
+	bins := []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "containerd", "ctr", "containerd-shim-runc-v2"}
+	hostTools := []string{"runc", "mount", "iptables"}
+	if cfg.ControlPlaneOnly {
+		bins, hostTools = bins[:4], nil
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("cluster binary %s missing in %s: run hack/e2e/build-cluster-binaries.sh", b, cfg.BinDir)
 		}
 	}
-	for _, b := range []string{"runc", "mount", "iptables"} {
+	for _, b := range hostTools {
 		if _, err := exec.LookPath(b); err != nil {
 			return nil, fmt.Errorf("%s is not installed: run hack/e2e/build-cluster-binaries.sh, which installs it", b)
 		}
@@ -124,6 +133,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		{"kubelet", c.startKubelet},
 		{"node Ready", c.waitNodeReady},
 	}
+	if cfg.ControlPlaneOnly {
+		steps = steps[:4] // up to the scheduler and the controller manager
+	}
 	for _, s := range steps {
 		start := time.Now()
 		if err := s.fn(ctx); err != nil {
@@ -139,6 +151,9 @@ func (c *Cluster) logf(format string, args ...any) {
 		c.cfg.Logf(format, args...)
 	}
 }
+
+// FreePorts returns n TCP ports on 127.0.0.1 that are free now.
+func FreePorts(n int) ([]int, error) { return freePorts(n) }
 
 func freePorts(n int) ([]int, error) {
 	var ports []int
@@ -445,6 +460,12 @@ func (c *Cluster) waitNodeReady(ctx context.Context) error {
 }
 
 // waitHTTP polls a health URL until it answers 200 or p exits.
+// WaitHTTP polls a plain-HTTP health URL until it answers 200, p (when
+// not nil) exits, or 90 seconds pass.
+func (c *Cluster) WaitHTTP(ctx context.Context, p *Process, url string) error {
+	return c.waitHTTP(ctx, p, url, nil)
+}
+
 func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, tlsCfg *tls.Config) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	return c.waitFor(ctx, p, 90*time.Second, func() error {
@@ -458,6 +479,12 @@ func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, tlsCfg *
 		}
 		return nil
 	})
+}
+
+// WaitFor polls ok until it succeeds, p (when not nil) exits, or the
+// timeout; the error then says which, with p's last log lines.
+func (c *Cluster) WaitFor(ctx context.Context, p *Process, timeout time.Duration, ok func() error) error {
+	return c.waitFor(ctx, p, timeout, ok)
 }
 
 // waitFor polls ok until it succeeds, the process (when not nil) exits, or
