@@ -23,6 +23,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 type runFlags struct {
@@ -45,6 +46,8 @@ type runFlags struct {
 	cdi                              bool
 	// Operations.
 	ueventSource, metricsAddress, livenessAddress, unhealthyEffect string
+	// Bitstreams from OCI registries.
+	oci oci.PullerOptions
 }
 
 func newRunCommand() *cobra.Command {
@@ -130,6 +133,8 @@ func newRunCommand() *cobra.Command {
 		"kube-api-qps":           "KUBE_API_QPS",
 		"kube-api-burst":         "KUBE_API_BURST",
 	})
+	f.oci.AddFlags(fs)
+	flagenv.Twins(fs, oci.EnvTwins)
 	klogFlags := goflagSet()
 	fs.AddGoFlagSet(klogFlags)
 	return cmd

@@ -115,7 +115,7 @@ current-context: c
 	cmd.SetArgs([]string{"run", "--node-name", "worker-1", "--kubeconfig", kubeconfig, "--mode", "dra",
 		"--root", sim.Root, "--plugin-dir", filepath.Join(base, "p"), "--registrar-dir", filepath.Join(base, "r"),
 		"--cdi-dir", filepath.Join(base, "cdi"), "--bitstream-dir", filepath.Join(base, "bs"), "--programmer", "sim",
-		"--uevent-source", "none", "--sysfs-read-timeout", "1h"})
+		"--uevent-source", "none", "--sysfs-read-timeout", "1h", "--bitstream-cache-dir", filepath.Join(base, "cache")})
 	done := make(chan error, 1)
 	go func() { done <- cmd.Execute() }()
 	// A writer's open returns once discovery opened the FIFO for reading:

@@ -18,6 +18,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 // nodeState is the shared node state and what it reports through.
@@ -38,9 +39,17 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 		return nil, fmt.Errorf("--cdi-dir: %w", err)
 	}
 	var repo *program.Repository
+	var registry *oci.Puller
+	registryUnavailable := "this node does not program (--programmable=false)"
 	if f.programmable {
 		if repo, err = program.NewRepository(ctx, f.bitstreamDir); err != nil {
 			return nil, fmt.Errorf("--bitstream-dir: %w", err)
+		}
+		// A node that cannot keep a bitstream cache still serves claims
+		// from its repository; claims that name a registry are told why.
+		if registry, err = oci.NewPuller(ctx, f.oci); err != nil {
+			registryUnavailable = fmt.Sprintf("its bitstream cache cannot be opened: %v", err)
+			logger.Error(err, "Bitstreams from OCI registries are unavailable on this node", "cacheDir", f.oci.CacheDir)
 		}
 	}
 	var opts []program.ProgrammerOption
@@ -62,13 +71,15 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 	broadcaster.StartRecordingToSink(ctx.Done())
 	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver"), metrics: drivermetrics.New()}
 	st, warning, err := state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(f.pluginDir, state.CheckpointFileName),
-		BootIDPath:     bootID,
-		CDI:            writer,
-		Repository:     repo,
-		Programmer:     prog,
-		Programmable:   f.programmable,
-		PrepareWait:    f.prepareWait,
+		CheckpointPath:      filepath.Join(f.pluginDir, state.CheckpointFileName),
+		BootIDPath:          bootID,
+		CDI:                 writer,
+		Repository:          repo,
+		Registry:            registry,
+		RegistryUnavailable: registryUnavailable,
+		Programmer:          prog,
+		Programmable:        f.programmable,
+		PrepareWait:         f.prepareWait,
 		OnProgrammed: func(p state.Programming) {
 			ns.metrics.ObserveProgramming(p.Err, p.Duration)
 			if d := ns.driver.Load(); d != nil {

@@ -63,6 +63,12 @@ type DeviceRecord struct {
 	// claim (so a reboot erased it).
 	Programmed  bool   `json:"programmed,omitempty"`
 	CDIDeviceID string `json:"cdiDeviceID,omitempty"`
+	// Bitstream, SHA256 and LayerDigest say what this driver loaded for
+	// the claim (see Programming); LayerDigest keeps the OCI cache's copy
+	// of it held while the claim is prepared.
+	Bitstream   string `json:"bitstream,omitempty"`
+	SHA256      string `json:"sha256,omitempty"`
+	LayerDigest string `json:"layerDigest,omitempty"`
 }
 
 var (

@@ -21,10 +21,12 @@ type deviceFacts struct {
 	Releasing bool
 	// InterfaceID is the region's interface ID, LoadedAFU the AFU sysfs
 	// shows behind it, LoadedSHA the digest of the file this driver last
-	// loaded there ("" when unknown).
+	// loaded there and LoadedRef the OCI reference it came from ("" when
+	// unknown).
 	InterfaceID string
 	LoadedAFU   string
 	LoadedSHA   string
+	LoadedRef   string
 	// Rebooted: the node rebooted since the holder's record was written;
 	// ProgrammedBefore: that record says this driver programmed the
 	// region for the holder (so the reboot erased it).
@@ -56,8 +58,9 @@ type devicePlan struct {
 //   - programming: Never needs the AFU loaded (ErrAFUNotLoaded);
 //   - programming: Always programs;
 //   - programming: IfNeeded programs when another AFU is loaded, when the
-//     config pins a digest this driver did not load there, and after a
-//     reboot erased what this driver loaded for the holder;
+//     config pins a digest, or names an OCI reference, that this driver
+//     did not load there, and after a reboot erased what this driver
+//     loaded for the holder;
 //   - programming on a node that forbids it, or without a programmer, is
 //     refused (ErrNotProgrammable).
 func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
@@ -90,6 +93,7 @@ func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
 		// driver loaded for the holder, whatever the record says.
 		p.Program = f.LoadedAFU != cfg.AFUID ||
 			(cfg.SHA256 != "" && f.LoadedSHA != cfg.SHA256) ||
+			(cfg.BitstreamRef != "" && f.LoadedRef != cfg.BitstreamRef) ||
 			(f.Rebooted && f.ProgrammedBefore)
 	}
 	if p.Program && !f.Programmable {
@@ -124,7 +128,8 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 		Device:         device,
 		InterfaceID:    card.InterfaceID,
 		LoadedAFU:      port.AFUID,
-		LoadedSHA:      s.loadedSHA[device],
+		LoadedSHA:      s.loaded[device].sha256,
+		LoadedRef:      s.loaded[device].reference,
 		Rebooted:       rec != nil && rec.BootID != s.bootID,
 		Programmable:   s.cfg.Programmable,
 		HaveProgrammer: s.cfg.Programmer != nil,

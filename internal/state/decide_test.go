@@ -19,6 +19,7 @@ func TestDecideDevice(t *testing.T) {
 		shaX  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 		shaY  = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 		other = "default/other (uid-2)"
+		ref   = "registry.example.com/fpga/accel@sha256:3333333333333333333333333333333333333333333333333333333333333333"
 	)
 	cfg := func(mode v1alpha1.ProgrammingPolicy, sha string) *v1alpha1.FpgaConfig {
 		return &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: mode, SHA256: sha}
@@ -60,6 +61,10 @@ func TestDecideDevice(t *testing.T) {
 		{name: "IfNeeded, loaded, pinned digest this driver loaded", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.LoadedSHA = shaX }), afu: afuA},
 		{name: "IfNeeded, loaded, pinned digest loaded from elsewhere", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), program: true, afu: afuA},
 		{name: "IfNeeded, loaded, another digest loaded", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.LoadedSHA = shaY }), program: true, afu: afuA},
+		{name: "IfNeeded, loaded, OCI reference this driver loaded", cfg: &v1alpha1.FpgaConfig{AFUID: afuA, BitstreamRef: ref, Programming: v1alpha1.ProgrammingIfNeeded},
+			facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.LoadedRef = ref }), afu: afuA},
+		{name: "IfNeeded, loaded, OCI reference loaded from elsewhere", cfg: &v1alpha1.FpgaConfig{AFUID: afuA, BitstreamRef: ref, Programming: v1alpha1.ProgrammingIfNeeded},
+			facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), program: true, afu: afuA},
 		{name: "IfNeeded, loaded, rebooted since this driver programmed it", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Rebooted = true; f.ProgrammedBefore = true }), program: true, afu: afuA},
 		{name: "IfNeeded, loaded, rebooted, found loaded before", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.Rebooted = true }), afu: afuA},
 		{name: "IfNeeded, other loaded, node forbids programming", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB; f.Programmable = false }), err: ErrNotProgrammable},

@@ -12,6 +12,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 // errReleased is the outcome of a job whose holder was released before
@@ -95,7 +96,7 @@ func (s *State) runJob(j *job) {
 		return
 	case j.program:
 		s.step(StepProgramming, j.holder)
-		j.result = s.program(klog.NewContext(j.ctx, j.logger), j.cfg, j.card, j.port)
+		j.result = s.program(klog.NewContext(j.ctx, j.logger), j.holder, j.cfg, j.card, j.port)
 		j.result.Device = j.device
 		s.step(StepProgrammed, j.holder)
 		if j.result.Err != nil {
@@ -114,8 +115,10 @@ func (s *State) runJob(j *job) {
 	}
 }
 
-// program finds the bitstream in the repository and loads it.
-func (s *State) program(ctx context.Context, cfg *v1alpha1.FpgaConfig, card *discovery.Card, port *discovery.Port) Programming {
+// program finds the bitstream (in the repository, or in its registry when
+// the config names an OCI reference, held for holder in the OCI cache) and
+// loads it.
+func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.FpgaConfig, card *discovery.Card, port *discovery.Port) Programming {
 	start := time.Now()
 	res := Programming{AFUID: cfg.AFUID}
 	fail := func(err error) Programming {
@@ -123,8 +126,54 @@ func (s *State) program(ctx context.Context, cfg *v1alpha1.FpgaConfig, card *dis
 		res.Duration = time.Since(start)
 		return res
 	}
+	bs, err := s.bitstream(ctx, holder, cfg, card, &res)
+	if err != nil {
+		return fail(err)
+	}
+	opts := s.cfg.Load
+	opts.SHA256 = cfg.SHA256
+	if opts.SHA256 == "" {
+		opts.SHA256 = bs.SHA256 // a pulled file is checked again as it is read
+	}
+	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
+	s.mu.Lock()
+	if err == nil {
+		s.loaded[port.DeviceName()] = loadedFile{sha256: loaded.SHA256, reference: cfg.BitstreamRef}
+	} else {
+		delete(s.loaded, port.DeviceName())
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fail(fmt.Errorf("program %s with AFU %s from %s: %w", port.DeviceName(), cfg.AFUID, res.Bitstream, err))
+	}
+	res.SHA256 = loaded.SHA256
+	res.Duration = time.Since(start)
+	return res
+}
+
+// bitstream finds the file cfg asks for, for card's region, and notes in
+// res where it came from.
+func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.FpgaConfig, card *discovery.Card, res *Programming) (*program.Bitstream, error) {
+	if cfg.BitstreamRef != "" {
+		res.Bitstream = cfg.BitstreamRef
+		if s.cfg.Registry == nil {
+			why := s.cfg.RegistryUnavailable
+			if why == "" {
+				why = "no bitstream cache is configured"
+			}
+			return nil, fmt.Errorf("%w: the config names %s in a registry, but this node pulls no bitstreams from registries: %s; fix that, or use a bitstream from the node's repository", program.ErrNotFound, cfg.BitstreamRef, why)
+		}
+		f, err := s.cfg.Registry.Fetch(ctx, cfg.BitstreamRef, oci.FetchOptions{
+			Holder: string(holder), AFUID: cfg.AFUID, InterfaceID: card.InterfaceID, SHA256: cfg.SHA256,
+		})
+		if err != nil {
+			return nil, err
+		}
+		res.LayerDigest = f.LayerDigest
+		return f.Bitstream, nil
+	}
 	if s.cfg.Repository == nil {
-		return fail(fmt.Errorf("%w: no bitstream repository is configured on this node", program.ErrNotFound))
+		return nil, fmt.Errorf("%w: no bitstream repository is configured on this node", program.ErrNotFound)
 	}
 	var bs *program.Bitstream
 	var err error
@@ -137,23 +186,8 @@ func (s *State) program(ctx context.Context, cfg *v1alpha1.FpgaConfig, card *dis
 		bs, err = s.cfg.Repository.Find(card.InterfaceID, cfg.AFUID)
 	}
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	res.Bitstream = bs.Path
-	opts := s.cfg.Load
-	opts.SHA256 = cfg.SHA256
-	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
-	s.mu.Lock()
-	if err == nil {
-		s.loadedSHA[port.DeviceName()] = loaded.SHA256
-	} else {
-		delete(s.loadedSHA, port.DeviceName())
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return fail(fmt.Errorf("program %s with AFU %s from %s: %w", port.DeviceName(), cfg.AFUID, bs.Path, err))
-	}
-	res.SHA256 = loaded.SHA256
-	res.Duration = time.Since(start)
-	return res
+	return bs, nil
 }

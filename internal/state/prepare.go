@@ -341,11 +341,21 @@ func (s *State) record(h Holder, phase ClaimPhase, plans []*plan) *ClaimRecord {
 	return &ClaimRecord{UID: string(h.UID), Namespace: h.Namespace, Name: h.Name, Phase: phase, BootID: s.bootID, Devices: s.recordDevices(plans)}
 }
 
-// recordDevices is the checkpoint's account of what the plans decided.
+// recordDevices is the checkpoint's account of what the plans decided and
+// what their finished jobs loaded.
 func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 	recs := make([]DeviceRecord, len(plans))
 	for i, p := range plans {
 		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program}
+		if j := p.job; j != nil {
+			select {
+			case <-j.done:
+				if j.result.Err == nil {
+					recs[i].Bitstream, recs[i].SHA256, recs[i].LayerDigest = j.result.Bitstream, j.result.SHA256, j.result.LayerDigest
+				}
+			default:
+			}
+		}
 	}
 	return recs
 }

@@ -64,6 +64,14 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	s.mu.Lock()
 	var completed []*ClaimRecord
 	for _, rec := range s.cp.Claims {
+		for _, d := range rec.Devices {
+			if d.LayerDigest != "" && s.cfg.Registry != nil {
+				// The claim may program from the cached copy again.
+				if err := s.cfg.Registry.Hold(rec.UID, d.LayerDigest); err != nil {
+					errs = append(errs, fmt.Errorf("claim %s: %w", rec.UID, err))
+				}
+			}
+		}
 		if rec.BootID != s.bootID {
 			logger.Info("Node rebooted since claim was prepared: regions programmed for it are programmed again at its next prepare", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 // Defaults for Config.
@@ -49,6 +50,11 @@ type Config struct {
 	BootIDPath string
 	CDI        *cdi.Writer
 	Repository *program.Repository
+	// Registry fetches bitstreams a config names by OCI reference
+	// (bitstreamRef); nil refuses such configs, saying
+	// RegistryUnavailable.
+	Registry            *oci.Puller
+	RegistryUnavailable string
 	Programmer program.Programmer
 	// Programmable is false when the node forbids reprogramming.
 	Programmable bool
@@ -131,13 +137,23 @@ type PreparedDevice struct {
 // Programming is the outcome of one programming job, for events and
 // metrics.
 type Programming struct {
-	Device    string
-	AFUID     string
+	Device string
+	AFUID  string
+	// Bitstream is the file loaded: its path in the repository or its OCI
+	// reference.
 	Bitstream string
-	// SHA256 is the digest of the file that was loaded.
-	SHA256   string
-	Duration time.Duration
-	Err      error
+	// SHA256 is the digest of the file that was loaded; LayerDigest the
+	// OCI layer it came from ("" from the repository).
+	SHA256      string
+	LayerDigest string
+	Duration    time.Duration
+	Err         error
+}
+
+// loadedFile is what a job loaded into a region.
+type loadedFile struct {
+	sha256    string
+	reference string
 }
 
 // Outcome is the result of one Prepare.
@@ -188,10 +204,10 @@ type State struct {
 	// jobs is the programming job in flight for a device.
 	jobs  map[string]*job
 	ports map[string]*sync.Mutex
-	// loadedSHA is the digest of the file this process last loaded into
-	// each device's region; a claim that pins a digest is programmed
+	// loaded is what this process last loaded into each device's region:
+	// a claim that pins a digest or names an OCI reference is programmed
 	// unless it matches.
-	loadedSHA map[string]string
+	loaded map[string]loadedFile
 	// gen counts changes of cp; see commit.go.
 	gen uint64
 
@@ -240,7 +256,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		releasing: map[types.UID]bool{},
 		jobs:      map[string]*job{},
 		ports:     map[string]*sync.Mutex{},
-		loadedSHA: map[string]string{},
+		loaded:    map[string]loadedFile{},
 		journal:   journal{file: cpFile},
 	}
 	if warning != nil {

@@ -132,6 +132,9 @@ func (s *State) runRelease(rel *op) {
 			}
 		})
 		if err == nil {
+			if s.cfg.Registry != nil {
+				s.cfg.Registry.Release(string(uid)) // its cached bitstreams may go
+			}
 			s.step(StepReleased, uid)
 			klog.FromContext(s.ctx).V(3).Info("Unprepared claim", "claim", klog.KRef(rel.holder.Namespace, rel.holder.Name), "uid", uid)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 // Defaults of a Node.
@@ -58,6 +59,8 @@ type Options struct {
 	OnStep       func(state.Step, types.UID)
 	// SkipSync is the State's.
 	SkipSync bool
+	// Registry is the State's puller of bitstreams from OCI registries.
+	Registry *oci.Puller
 	// NoRestore leaves State.Restore to the test.
 	NoRestore bool
 }
@@ -114,6 +117,7 @@ func New(t testing.TB, o Options) *Node {
 		BootIDPath:     filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"),
 		CDI:            n.CDI,
 		Repository:     n.Repository,
+		Registry:       o.Registry,
 		Programmer:     backend,
 		Programmable:   !o.NotProgrammable,
 		PrepareWait:    o.PrepareWait,
