@@ -55,7 +55,7 @@ type Config struct {
 	// RegistryUnavailable.
 	Registry            *oci.Puller
 	RegistryUnavailable string
-	Programmer program.Programmer
+	Programmer          program.Programmer
 	// Programmable is false when the node forbids reprogramming.
 	Programmable bool
 	// PrepareWait bounds how long one Prepare waits for programming before
