@@ -116,7 +116,18 @@ func run(ctx context.Context, o options) error {
 		wg.Wait()
 		return err
 	}
-	reconcile := func(ctx context.Context) { fail(c.Run(ctx, o.workers)) }
+	router, err := controller.NewClaimRouter(o.driverName, kube)
+	if err != nil {
+		cancel(nil)
+		wg.Wait()
+		return err
+	}
+	reconcile := func(ctx context.Context) {
+		var leaderWG sync.WaitGroup
+		leaderWG.Go(func() { fail(router.Run(ctx, o.workers)) })
+		fail(c.Run(ctx, o.workers))
+		leaderWG.Wait()
+	}
 	if o.leaderElect {
 		wg.Go(func() {
 			fail(controller.RunLeaderElected(ctx, controller.LeaderElection{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,6 +21,8 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
+	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -48,6 +51,13 @@ type runFlags struct {
 	ueventSource, metricsAddress, livenessAddress, unhealthyEffect string
 	// Bitstreams from OCI registries.
 	oci oci.PullerOptions
+	// Newer DRA features: programming before binding, rolling updates,
+	// device metadata.
+	bindingConditions bool
+	quarantine        time.Duration
+	podUID            string
+	deviceMetadata    bool
+	shutdownWait      time.Duration
 }
 
 func newRunCommand() *cobra.Command {
@@ -101,37 +111,47 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.metricsAddress, "metrics-address", "", "serve Prometheus /metrics on this address (e.g. :9400); off when empty")
 	fs.StringVar(&f.livenessAddress, "liveness-address", "", "serve the gRPC liveness probe (grpc.health.v1) on this address (e.g. :51515); off when empty")
 	fs.StringVar(&f.unhealthyEffect, "unhealthy-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), "effect of the taint on an unhealthy device: NoSchedule, or NoExecute to also evict its pods")
+	fs.BoolVar(&f.bindingConditions, "binding-conditions", true, "program claims before their pods are bound (KEP-5007 binding conditions; needs the ResourceClaim router of fpga-dra-controller): a pod is bound only once its regions carry their functions, programming is not limited by the kubelet's 45s, and a failed programming sends the claim to another device; off, or when the API server drops binding conditions, claims are programmed at prepare")
+	fs.DurationVar(&f.quarantine, "programming-failure-quarantine", draplugin.DefaultQuarantineTime, "how long a device whose programming failed before binding is kept out of new allocations (a NoSchedule taint)")
+	fs.StringVar(&f.podUID, "pod-uid", "", "this pod's UID (downward API metadata.uid): the next version's pod then serves the kubelet beside this one during a rolling update, taking over the node's state when this one stops")
+	fs.BoolVar(&f.deviceMetadata, "device-metadata", true, "give each container a file with its devices' attributes (KEP-5304) under /var/run/kubernetes.io/dra-device-attributes")
+	fs.DurationVar(&f.shutdownWait, "shutdown-wait", 5*time.Minute, "how long stopping waits for programming in flight (it cannot be stopped part way); keep the pod's terminationGracePeriodSeconds above it")
 	flagenv.Twins(fs, map[string]string{
-		"kubeconfig":             "KUBECONFIG",
-		"node-name":              "NODE_NAME",
-		"driver-name":            "DRIVER_NAME",
-		"root":                   "FPGA_ROOT",
-		"kernel-driver":          "KERNEL_DRIVER",
-		"registrar-dir":          "REGISTRAR_DIR",
-		"plugin-dir":             "PLUGIN_DIR",
-		"cdi-dir":                "CDI_DIR",
-		"bitstream-dir":          "BITSTREAM_DIR",
-		"programmer":             "PROGRAMMER",
-		"boot-id-file":           "BOOT_ID_FILE",
-		"programmable":           "PROGRAMMABLE",
-		"mode":                   "MODE",
-		"device-plugin-mode":     "DEVICE_PLUGIN_MODE",
-		"device-plugins-dir":     "DEVICE_PLUGINS_DIR",
-		"resource-domain":        "RESOURCE_DOMAIN",
-		"cdi":                    "CDI",
-		"control-socket":         "CONTROL_SOCKET",
-		"pod-resources-socket":   "POD_RESOURCES_SOCKET",
-		"hook-path":              "HOOK_PATH",
-		"uevent-source":          "UEVENT_SOURCE",
-		"metrics-address":        "METRICS_ADDRESS",
-		"liveness-address":       "LIVENESS_ADDRESS",
-		"unhealthy-taint-effect": "UNHEALTHY_TAINT_EFFECT",
-		"sim-program-delay":      "SIM_PROGRAM_DELAY",
-		"prepare-wait":           "PREPARE_WAIT",
-		"refresh-interval":       "REFRESH_INTERVAL",
-		"sysfs-read-timeout":     "SYSFS_READ_TIMEOUT",
-		"kube-api-qps":           "KUBE_API_QPS",
-		"kube-api-burst":         "KUBE_API_BURST",
+		"shutdown-wait":                  "SHUTDOWN_WAIT",
+		"binding-conditions":             "BINDING_CONDITIONS",
+		"programming-failure-quarantine": "PROGRAMMING_FAILURE_QUARANTINE",
+		"pod-uid":                        "POD_UID",
+		"device-metadata":                "DEVICE_METADATA",
+		"kubeconfig":                     "KUBECONFIG",
+		"node-name":                      "NODE_NAME",
+		"driver-name":                    "DRIVER_NAME",
+		"root":                           "FPGA_ROOT",
+		"kernel-driver":                  "KERNEL_DRIVER",
+		"registrar-dir":                  "REGISTRAR_DIR",
+		"plugin-dir":                     "PLUGIN_DIR",
+		"cdi-dir":                        "CDI_DIR",
+		"bitstream-dir":                  "BITSTREAM_DIR",
+		"programmer":                     "PROGRAMMER",
+		"boot-id-file":                   "BOOT_ID_FILE",
+		"programmable":                   "PROGRAMMABLE",
+		"mode":                           "MODE",
+		"device-plugin-mode":             "DEVICE_PLUGIN_MODE",
+		"device-plugins-dir":             "DEVICE_PLUGINS_DIR",
+		"resource-domain":                "RESOURCE_DOMAIN",
+		"cdi":                            "CDI",
+		"control-socket":                 "CONTROL_SOCKET",
+		"pod-resources-socket":           "POD_RESOURCES_SOCKET",
+		"hook-path":                      "HOOK_PATH",
+		"uevent-source":                  "UEVENT_SOURCE",
+		"metrics-address":                "METRICS_ADDRESS",
+		"liveness-address":               "LIVENESS_ADDRESS",
+		"unhealthy-taint-effect":         "UNHEALTHY_TAINT_EFFECT",
+		"sim-program-delay":              "SIM_PROGRAM_DELAY",
+		"prepare-wait":                   "PREPARE_WAIT",
+		"refresh-interval":               "REFRESH_INTERVAL",
+		"sysfs-read-timeout":             "SYSFS_READ_TIMEOUT",
+		"kube-api-qps":                   "KUBE_API_QPS",
+		"kube-api-burst":                 "KUBE_API_BURST",
 	})
 	f.oci.AddFlags(fs)
 	flagenv.Twins(fs, oci.EnvTwins)
@@ -178,18 +198,6 @@ func run(ctx context.Context, f runFlags) error {
 		}
 	}
 	scanner := &discovery.Scanner{Root: f.root, Select: sel, ReadTimeout: f.readTimeout}
-	st, err := newState(ctx, f, client)
-	if err != nil {
-		return err
-	}
-	// Restore CDI specs and holds before the kubelet can call us.
-	initial, err := scanner.ScanContext(ctx)
-	if err != nil {
-		return fmt.Errorf("discover devices: %w", err)
-	}
-	if _, err := st.state.Restore(ctx, initial); err != nil {
-		logger.Error(err, "Restoring prepared claims was incomplete")
-	}
 	switch resourceapi.DeviceTaintEffect(f.unhealthyEffect) {
 	case resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
 	default:
@@ -200,10 +208,56 @@ func run(ctx context.Context, f runFlags) error {
 		logger.Error(err, "Uevents unavailable; hot-plug is seen through full rescans every refresh interval", "source", f.ueventSource)
 		events = nil
 	}
+	metrics := drivermetrics.New()
 	if f.metricsAddress != "" {
-		if err := serveMetrics(ctx, f.metricsAddress, st.metrics); err != nil {
+		if err := serveMetrics(ctx, f.metricsAddress, metrics); err != nil {
 			return fmt.Errorf("--metrics-address: %w", err)
 		}
+	}
+	// In DRA mode the plugin registers with the kubelet before it owns the
+	// node's state: during a rolling update the kubelet sends its calls to
+	// the newest instance, which holds them until the previous one stopped
+	// and released the state lock. Nothing is published or programmed
+	// before.
+	var d *draplugin.Driver
+	if mode != modeDevicePlugin {
+		if d, err = startDRA(ctx, f, client, metrics, scanner, events); err != nil {
+			return err
+		}
+		if f.livenessAddress != "" {
+			if err := serveLiveness(ctx, f.livenessAddress, d); err != nil {
+				d.Stop()
+				return fmt.Errorf("--liveness-address: %w", err)
+			}
+		}
+	}
+	stopDRA := func() {
+		if d != nil {
+			d.Stop()
+		}
+	}
+	lock, err := filelock.Acquire(ctx, filepath.Join(f.pluginDir, stateLockFile), func() {
+		logger.Info("Waiting for the previous instance of the driver on this node to stop (rolling update)", "lock", filepath.Join(f.pluginDir, stateLockFile))
+	})
+	if err != nil {
+		stopDRA()
+		return fmt.Errorf("the node's driver state: %w", err)
+	}
+	// Released once everything below stopped and no programming runs.
+	defer lock.Close()
+	st, err := newState(ctx, f, client, metrics)
+	if err != nil {
+		stopDRA()
+		return err
+	}
+	// Restore CDI specs and holds before the kubelet's calls are served.
+	initial, err := scanner.ScanContext(ctx)
+	if err != nil {
+		stopDRA()
+		return fmt.Errorf("discover devices: %w", err)
+	}
+	if _, err := st.state.Restore(ctx, initial); err != nil {
+		logger.Error(err, "Restoring prepared claims was incomplete")
 	}
 	var devices func() *discovery.Result
 	var refresh, stop func()
@@ -215,17 +269,11 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
 	} else {
-		d, err := startDRA(ctx, f, client, st, scanner, events)
-		if err != nil {
-			return err
-		}
+		activateDRA(f, client, st, d)
 		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
 		registered = func() bool {
 			st := d.Helper().RegistrationStatus()
 			return st != nil && st.PluginRegistered
-		}
-		if f.livenessAddress != "" {
-			serveLiveness(ctx, f.livenessAddress, d)
 		}
 		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices)
 	}
@@ -253,12 +301,23 @@ func run(ctx context.Context, f runFlags) error {
 	logger.Info("Shutting down", "cause", context.Cause(ctx))
 	stop()
 	<-ctlDone
+	idle, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), f.shutdownWait, fmt.Errorf("--shutdown-wait %s passed", f.shutdownWait))
+	defer cancel()
+	if err := st.state.WaitIdle(idle); err != nil {
+		logger.Error(err, "Stopping while a region is being programmed; the next instance finds it interrupted")
+	}
 	return nil
 }
 
-// startDRA starts the DRA kubelet plugin (the mode for clusters with DRA).
-func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, st *nodeState, scanner *discovery.Scanner, events *discovery.UeventSource) (*draplugin.Driver, error) {
-	d, err := draplugin.Start(ctx, draplugin.Config{
+// stateLockFile, in the plugin directory, is held by the one process that
+// owns the node's state (checkpoint, CDI specs, programming, slices).
+const stateLockFile = "state.lock"
+
+// startDRA starts the DRA kubelet plugin (the mode for clusters with DRA)
+// in standby: registered, discovering, holding the kubelet's calls until
+// activateDRA.
+func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, metrics *drivermetrics.Metrics, scanner *discovery.Scanner, events *discovery.UeventSource) (*draplugin.Driver, error) {
+	return draplugin.Start(ctx, draplugin.Config{
 		DriverName:      f.driverName,
 		NodeName:        f.nodeName,
 		KubeClient:      client,
@@ -269,14 +328,33 @@ func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, st *
 		RefreshInterval: f.refreshInterval,
 		Programmable:    f.programmable,
 		UnhealthyEffect: resourceapi.DeviceTaintEffect(f.unhealthyEffect),
-		Metrics:         st.metrics,
-		Claims:          &draplugin.Claims{DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder, Metrics: st.metrics},
+		Metrics:         metrics,
+		QuarantineTime:  f.quarantine,
+		PodUID:          types.UID(f.podUID),
+		DeviceMetadata:  f.deviceMetadata,
+		CDIDir:          f.cdiDir,
+		Standby:         true,
 	})
-	if err != nil {
-		return nil, err
+}
+
+// activateDRA gives the plugin the node's state: it serves the kubelet's
+// calls, publishes, and (with --binding-conditions on a programmable
+// node) programs claims before their pods are bound.
+func activateDRA(f runFlags, client kubernetes.Interface, st *nodeState, d *draplugin.Driver) {
+	claims := &draplugin.Claims{
+		DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder, Metrics: st.metrics,
+		Client: client,
+		Slices: draplugin.SliceOptions{Programmable: f.programmable, Root: f.root},
+	}
+	var binder *draplugin.Binder
+	if f.bindingConditions && f.programmable {
+		binder = &draplugin.Binder{
+			DriverName: f.driverName, NodeName: f.nodeName, Client: client,
+			Claims: claims, Devices: d.Devices, Quarantine: d.Quarantine,
+		}
 	}
 	st.driver.Store(d)
-	return d, nil
+	d.Activate(claims, binder)
 }
 
 func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {

@@ -32,7 +32,7 @@ type nodeState struct {
 
 // newState wires the bitstream repository, the programmer, the CDI writer
 // and the checkpoint into one State.
-func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*nodeState, error) {
+func newState(ctx context.Context, f runFlags, client kubernetes.Interface, metrics *drivermetrics.Metrics) (*nodeState, error) {
 	logger := klog.FromContext(ctx)
 	writer, err := cdi.NewWriter(f.driverName, "port", f.cdiDir)
 	if err != nil {
@@ -69,7 +69,7 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 	}
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
-	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver"), metrics: drivermetrics.New()}
+	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver"), metrics: metrics}
 	st, warning, err := state.New(ctx, state.Config{
 		CheckpointPath:      filepath.Join(f.pluginDir, state.CheckpointFileName),
 		BootIDPath:          bootID,

@@ -8,13 +8,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -55,7 +60,37 @@ type Config struct {
 	// ResourceSlices (someone deleted or edited one) they are put back
 	// (DefaultSliceSyncDelay when zero).
 	SliceSyncDelay time.Duration
+	// Binder, when set, programs claims before their pods are bound: every
+	// device carries the binding condition <driver>/programmed and the
+	// failure condition <driver>/programming-failed. When the API server
+	// drops those fields (the feature is off) the driver says so, stops
+	// the Binder and publishes without them: claims are then programmed at
+	// prepare, as without a Binder.
+	Binder *Binder
+	// QuarantineTime is how long a device whose programming failed before
+	// binding stays out of new allocations (DefaultQuarantineTime when
+	// zero).
+	QuarantineTime time.Duration
+	// PodUID, when set, lets a second instance of the driver (the next
+	// version's pod during a rolling update) serve the kubelet beside this
+	// one (kubeletplugin.RollingUpdate).
+	PodUID types.UID
+	// DeviceMetadata gives every container a file with its devices'
+	// attributes (KEP-5304); its CDI specs go to CDIDir.
+	DeviceMetadata bool
+	CDIDir         string
+	// Standby starts the driver registered with the kubelet and reading
+	// the node, but publishing nothing and holding the kubelet's calls
+	// until Activate (with Claims and Binder): the instance of a rolling
+	// update that waits for the previous one to stop and release the
+	// node's state.
+	Standby bool
 }
+
+// DefaultQuarantineTime is how long a device whose programming failed
+// before binding is kept out of new allocations: long enough for the
+// scheduler to allocate the claim again elsewhere.
+const DefaultQuarantineTime = 2 * time.Minute
 
 // DefaultSliceSyncDelay is how soon a node's ResourceSlices are put back
 // after someone else changed them. The library's default, 30 s, suits a
@@ -79,6 +114,13 @@ type Driver struct {
 	// publish, guarded by slicesMu.
 	slicesMu sync.Mutex
 	slices   *resourceslice.Controller
+	// binding says devices carry binding conditions and the Binder runs;
+	// stopBinder stops it.
+	binding    atomic.Bool
+	stopBinder context.CancelFunc
+	// quarantined are the devices kept out of allocations, with why and
+	// until when; guarded by mu.
+	quarantined map[string]quarantine
 
 	mu      sync.Mutex
 	devices *discovery.Result
@@ -93,6 +135,12 @@ type Driver struct {
 	// one no longer discovered is reported unhealthy (removed) to the
 	// kubelet, so that pods holding it see why.
 	published map[string]bool
+
+	// active is closed by Activate; claims and binder are set before.
+	active chan struct{}
+	claims ClaimPreparer
+	binder *Binder
+	ctx    context.Context
 
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
@@ -110,8 +158,11 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.SliceSyncDelay <= 0 {
 		cfg.SliceSyncDelay = DefaultSliceSyncDelay
 	}
+	if cfg.QuarantineTime <= 0 {
+		cfg.QuarantineTime = DefaultQuarantineTime
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	d := &Driver{cfg: cfg, changed: make(chan struct{}), discovered: make(chan struct{}), published: map[string]bool{}, cancel: cancel}
+	d := &Driver{cfg: cfg, changed: make(chan struct{}), discovered: make(chan struct{}), published: map[string]bool{}, cancel: cancel, quarantined: map[string]quarantine{}, active: make(chan struct{}), ctx: ctx}
 	d.watcher = &discovery.Watcher{
 		Scanner:  cfg.Scanner,
 		Interval: cfg.RefreshInterval,
@@ -119,16 +170,27 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		OnChange: d.onDevicesChanged,
 	}
 
-	helper, err := kubeletplugin.Start(ctx, d,
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
 		// Claims on distinct devices prepare in parallel; the claim
-		// preparer locks per device.
+		// preparer locks per device, and between instances (rolling
+		// update) the State's lock serialises.
 		kubeletplugin.Serialize(false),
-	)
+	}
+	if cfg.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(cfg.PodUID))
+	}
+	if cfg.DeviceMetadata {
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}))
+		if cfg.CDIDir != "" {
+			opts = append(opts, kubeletplugin.CDIDirectory(cfg.CDIDir))
+		}
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
 		cancel(err)
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
@@ -145,8 +207,55 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		d.Stop()
 		return nil, fmt.Errorf("discover devices: %w", err)
 	}
-	logger.Info("FPGA DRA driver started", "driver", cfg.DriverName, "node", cfg.NodeName, "kernelDrivers", d.Devices().Drivers, "devices", len(d.Devices().Ports()))
+	logger.Info("FPGA DRA driver started", "standby", cfg.Standby, "driver", cfg.DriverName, "node", cfg.NodeName, "kernelDrivers", d.Devices().Drivers, "devices", len(d.Devices().Ports()))
+	if !cfg.Standby {
+		d.Activate(cfg.Claims, cfg.Binder)
+	}
 	return d, nil
+}
+
+// Activate makes a driver started in Standby serve: the kubelet's calls
+// held so far go to claims, binder (when set) starts programming claims
+// before binding, and the node's devices are published. A driver started
+// without Standby is active from Start. Activate is called once.
+func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
+	ctx := d.ctx
+	d.claims, d.binder = claims, binder
+	d.binding.Store(binder != nil)
+	if binder != nil {
+		bctx, stop := context.WithCancel(ctx)
+		d.stopBinder = stop
+		d.wg.Go(func() {
+			if err := binder.Run(bctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Programming before binding stopped")
+			}
+		})
+		d.wg.Go(func() { d.expireQuarantines(ctx) })
+	}
+	close(d.active)
+	klog.FromContext(ctx).Info("FPGA DRA driver active", "bindingConditions", binder != nil)
+	d.publish(ctx)
+}
+
+// isActive reports whether Activate was called.
+func (d *Driver) isActive() bool {
+	select {
+	case <-d.active:
+		return true
+	default:
+		return false
+	}
+}
+
+// activeClaims waits until the driver is active and returns its claim
+// preparer (nil: claims are refused).
+func (d *Driver) activeClaims(ctx context.Context) (ClaimPreparer, error) {
+	select {
+	case <-d.active:
+		return d.claims, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the previous instance of this driver to stop and release the node's state: %w", context.Cause(ctx))
+	}
 }
 
 // Stop unregisters from the kubelet and stops publishing. Published slices
@@ -205,7 +314,7 @@ func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	d.changed = make(chan struct{})
 	d.mu.Unlock()
 	d.discoveredOnce.Do(func() { close(d.discovered) })
-	d.publish(ctx, res)
+	d.publish(ctx)
 }
 
 // discoveredDevices returns the latest discovery result, waiting for the
@@ -223,11 +332,25 @@ func (d *Driver) discoveredDevices(ctx context.Context) (*discovery.Result, erro
 // it starts the first time: the kubeletplugin helper's own publishing
 // keeps the library's 30 s delay before it puts back a slice someone
 // deleted; this one uses SliceSyncDelay.
-func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
-	devices := Devices(res, SliceOptions{DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root, UnhealthyEffect: d.cfg.UnhealthyEffect})
-	resources := Resources(d.cfg.NodeName, devices)
+func (d *Driver) publish(ctx context.Context) {
+	if !d.isActive() {
+		return // Activate publishes
+	}
+	// Under slicesMu, the last of concurrent publishes sees the latest
+	// devices and quarantines.
 	d.slicesMu.Lock()
 	defer d.slicesMu.Unlock()
+	d.mu.Lock()
+	res, quarantined := d.devices, maps.Clone(d.quarantined)
+	d.mu.Unlock()
+	if res == nil {
+		return // the first discovery pass publishes
+	}
+	devices := Devices(res, SliceOptions{
+		DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root, UnhealthyEffect: d.cfg.UnhealthyEffect,
+		BindingConditions: d.binding.Load(), Quarantined: quarantined,
+	})
+	resources := Resources(d.cfg.NodeName, devices)
 	if d.slices != nil {
 		d.slices.Update(&resources)
 		return
@@ -245,6 +368,15 @@ func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
 		SyncDelay:  &d.cfg.SliceSyncDelay,
 		// Publishing errors are retried by the controller with backoff.
 		ErrorHandler: func(ctx context.Context, err error, msg string) {
+			var dropped *resourceslice.DroppedFieldsError
+			if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceBindingConditions") && d.binding.Swap(false) {
+				klog.FromContext(ctx).Info("The API server drops binding conditions (feature DRADeviceBindingConditions off): claims are programmed at prepare instead of before binding")
+				if d.stopBinder != nil {
+					d.stopBinder()
+				}
+				go d.publish(ctx)
+				return
+			}
 			utilruntime.HandleErrorWithContext(ctx, err, msg)
 		},
 	})
@@ -253,9 +385,63 @@ func (d *Driver) publish(ctx context.Context, res *discovery.Result) {
 	}
 }
 
+// BindingConditions reports whether the driver programs claims before
+// binding (its devices carry binding conditions).
+func (d *Driver) BindingConditions() bool { return d.binding.Load() }
+
+// quarantine is why and until when a device is kept out of allocations.
+type quarantine struct {
+	reason string
+	until  time.Time
+}
+
+// Quarantine keeps a device out of new allocations for QuarantineTime
+// (a taint <driver>/programming-failed, NoSchedule, valued reason): its
+// programming failed before binding, and the claim the scheduler
+// allocates again must go elsewhere.
+func (d *Driver) Quarantine(device, reason string) {
+	d.mu.Lock()
+	d.quarantined[device] = quarantine{reason: reason, until: time.Now().Add(d.cfg.QuarantineTime)}
+	d.mu.Unlock()
+	klog.FromContext(d.ctx).Info("Device quarantined after a failed programming", "device", device, "reason", reason, "for", d.cfg.QuarantineTime)
+	d.publish(d.ctx)
+}
+
+// expireQuarantines lifts quarantines once their time is up.
+func (d *Driver) expireQuarantines(ctx context.Context) {
+	ticker := time.NewTicker(max(d.cfg.QuarantineTime/10, time.Second))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-ticker.C:
+			d.mu.Lock()
+			expired := false
+			for dev, q := range d.quarantined {
+				if now.After(q.until) {
+					delete(d.quarantined, dev)
+					expired = true
+				}
+			}
+			d.mu.Unlock()
+			if expired {
+				d.publish(ctx)
+			}
+		}
+	}
+}
+
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	if d.cfg.Claims == nil {
+	if len(claims) == 0 {
+		return nil, nil // a liveness check; answered in standby too
+	}
+	preparer, err := d.activeClaims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if preparer == nil {
 		result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 		for _, c := range claims {
 			result[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: this node's FPGA driver is not configured to prepare claims", c.Namespace, c.Name)}
@@ -266,19 +452,26 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	if err != nil {
 		return nil, err
 	}
-	return d.cfg.Claims.Prepare(ctx, claims, devices), nil
+	return preparer.Prepare(ctx, claims, devices), nil
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	if d.cfg.Claims == nil {
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	preparer, err := d.activeClaims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if preparer == nil {
 		result := make(map[types.UID]error, len(claims))
 		for _, c := range claims {
 			result[c.UID] = nil
 		}
 		return result, nil
 	}
-	return d.cfg.Claims.Unprepare(ctx, claims), nil
+	return preparer.Unprepare(ctx, claims), nil
 }
 
 // HandleError implements kubeletplugin.DRAPlugin. Background errors (slice

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -21,11 +22,19 @@ import (
 // RegistrarSocket is the plugin's registration socket, which the kubelet's
 // plugin watcher finds.
 func (d *Driver) RegistrarSocket() string {
+	if d.cfg.PodUID != "" {
+		return filepath.Join(d.cfg.RegistrarDir, kubeletplugin.RollingUpdateRegistrarSocketFile(d.cfg.RegistrarDir, d.cfg.DriverName, d.cfg.PodUID))
+	}
 	return filepath.Join(d.cfg.RegistrarDir, d.cfg.DriverName+"-reg.sock")
 }
 
 // DRASocket is the plugin's DRA service socket.
-func (d *Driver) DRASocket() string { return filepath.Join(d.cfg.PluginDataDir, "dra.sock") }
+func (d *Driver) DRASocket() string {
+	if d.cfg.PodUID != "" {
+		return filepath.Join(d.cfg.PluginDataDir, "dra-"+string(d.cfg.PodUID)+".sock")
+	}
+	return filepath.Join(d.cfg.PluginDataDir, "dra.sock")
+}
 
 // Liveness is a grpc.health.v1 service for the kubelet's gRPC liveness
 // probe: it reports SERVING only while the registration socket answers
@@ -97,12 +106,8 @@ func dialUnix(path string) (*grpc.ClientConn, error) {
 	)
 }
 
-// ServeLiveness serves l on a TCP address (":51515") until ctx ends.
-func ServeLiveness(ctx context.Context, addr string, l *Liveness) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("liveness probe listener %s: %w", addr, err)
-	}
+// ServeLiveness serves l on lis until ctx ends.
+func ServeLiveness(ctx context.Context, lis net.Listener, l *Liveness) error {
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, l)
 	go func() {

@@ -11,7 +11,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -34,6 +36,12 @@ type Claims struct {
 	Recorder events.EventRecorder
 	// Metrics counts prepares and unprepares; nil counts nothing.
 	Metrics *drivermetrics.Metrics
+	// Client, when set, writes each prepared device's status in its
+	// claim (the Ready condition and DeviceData).
+	Client kubernetes.Interface
+	// Slices are the published devices' options: a prepared device's
+	// metadata for the container carries its published attributes.
+	Slices SliceOptions
 }
 
 var _ ClaimPreparer = &Claims{}
@@ -101,9 +109,55 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			PoolName:     c.PoolName,
 			DeviceName:   d.Device,
 			CDIDeviceIDs: d.CDIDeviceIDs,
+			Metadata:     c.metadata(d.Device, devs),
 		})
 	}
+	c.writeReady(ctx, claim, out, devs)
 	return result
+}
+
+// metadata is what a container finds about a device in its metadata file
+// (KEP-5304): the device's published attributes and its nodes.
+func (c *Claims) metadata(device string, devs *discovery.Result) *kubeletplugin.DeviceMetadata {
+	card, port, ok := devs.FindPort(device)
+	if !ok {
+		return nil
+	}
+	o := c.Slices
+	o.DriverName = c.DriverName
+	attrs := map[string]resourceapi.DeviceAttribute{}
+	for name, a := range deviceOf(card, port, o).Attributes {
+		attrs[strings.TrimPrefix(string(name), c.DriverName+"/")] = a
+	}
+	var nodes []string
+	for _, n := range port.Nodes() {
+		nodes = append(nodes, n.Path)
+	}
+	if joined := strings.Join(nodes, ","); len(joined) <= 64 {
+		attrs["deviceNodes"] = resourceapi.DeviceAttribute{StringValue: &joined}
+	}
+	return &kubeletplugin.DeviceMetadata{Attributes: attrs}
+}
+
+// writeReady reports the prepared devices in the claim's status: Ready,
+// and what the driver knows about each (DeviceData). A failure is logged:
+// the devices are prepared either way.
+func (c *Claims) writeReady(ctx context.Context, claim *resourceapi.ResourceClaim, out state.Outcome, devs *discovery.Result) {
+	if c.Client == nil {
+		return
+	}
+	rec, _ := c.State.Claim(claim.UID)
+	var entries []deviceStatus
+	for _, d := range out.Devices {
+		entries = append(entries, deviceStatus{
+			pool: c.PoolName, device: d.Device,
+			conditions: []metav1.Condition{condition(ConditionReady, metav1.ConditionTrue, "Prepared", "the device is prepared for the claim's containers")},
+			data:       deviceData(rec, d.Device, devs),
+		})
+	}
+	if err := applyDeviceStatus(ctx, c.Client, claim, c.DriverName, fieldManagerPrepare, "", entries); err != nil {
+		klog.FromContext(ctx).Error(err, "Reporting the prepared devices in the claim's status failed")
+	}
 }
 
 // requests lists the claim's devices of this driver and pool with the

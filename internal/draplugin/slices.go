@@ -44,6 +44,13 @@ type SliceOptions struct {
 	// carries: NoSchedule (the default) keeps new claims away; NoExecute
 	// also evicts pods that use it.
 	UnhealthyEffect resourceapi.DeviceTaintEffect
+	// BindingConditions gives every device the binding condition
+	// <driver>/programmed and the failure condition
+	// <driver>/programming-failed (the node programs before binding).
+	BindingConditions bool
+	// Quarantined devices carry the NoSchedule taint
+	// <driver>/programming-failed with the reason as value.
+	Quarantined map[string]quarantine
 }
 
 // Devices turns a discovery result into one DRA device per port, in card
@@ -57,6 +64,11 @@ func Devices(res *discovery.Result, o SliceOptions) []resourceapi.Device {
 		}
 	}
 	return devices
+}
+
+// deviceOf is the published device of one port.
+func deviceOf(c *discovery.Card, p *discovery.Port, o SliceOptions) resourceapi.Device {
+	return device(c, p, o, map[string]*string{})
 }
 
 func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[string]*string) resourceapi.Device {
@@ -113,16 +125,23 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = resourceapi.DeviceAttribute{StringValue: root}
 	}
 	d := resourceapi.Device{Name: p.DeviceName(), Attributes: attrs}
+	if o.BindingConditions && o.Programmable {
+		d.BindingConditions = []string{qualified(o.DriverName, ConditionProgrammed)}
+		d.BindingFailureConditions = []string{qualified(o.DriverName, ConditionProgrammingFailed)}
+	}
+	if q, ok := o.Quarantined[d.Name]; ok {
+		d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: qualified(o.DriverName, ConditionProgrammingFailed), Value: q.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	}
 	if !p.Health.Healthy {
 		effect := o.UnhealthyEffect
 		if effect == "" {
 			effect = resourceapi.DeviceTaintEffectNoSchedule
 		}
-		d.Taints = []resourceapi.DeviceTaint{{
+		d.Taints = append(d.Taints, resourceapi.DeviceTaint{
 			Key:    o.DriverName + "/" + TaintUnhealthy,
 			Value:  TaintValue(p.Health),
 			Effect: effect,
-		}}
+		})
 	}
 	return d
 }

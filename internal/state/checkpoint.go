@@ -29,7 +29,16 @@ const (
 	PhaseStarted ClaimPhase = "PrepareStarted"
 	// PhaseCompleted: the CDI spec is written and was returned.
 	PhaseCompleted ClaimPhase = "PrepareCompleted"
+	// PhaseProgrammed: the regions were programmed before the claim's pod
+	// was bound (binding conditions); the kubelet's prepare writes the
+	// CDI spec.
+	PhaseProgrammed ClaimPhase = "Programmed"
 )
+
+// knownPhase reports whether p is a phase this code writes.
+func knownPhase(p ClaimPhase) bool {
+	return p == PhaseStarted || p == PhaseCompleted || p == PhaseProgrammed
+}
 
 // Checkpoint is the driver's own record of prepared claims. It is this
 // project's type, not a library's, so library changes never invalidate it.
@@ -164,7 +173,7 @@ func (cp *Checkpoint) validate() error {
 		if c == nil || c.UID != uid {
 			return fmt.Errorf("claim entry %q does not carry its own UID", uid)
 		}
-		if c.Phase != PhaseStarted && c.Phase != PhaseCompleted {
+		if !knownPhase(c.Phase) {
 			return fmt.Errorf("claim %s has unknown phase %q", uid, c.Phase)
 		}
 		for _, d := range c.Devices {
@@ -186,7 +195,7 @@ func (cp *Checkpoint) sanitized() *Checkpoint {
 	out := &Checkpoint{Version: cp.Version, BootID: cp.BootID, Claims: map[string]*ClaimRecord{}}
 	held := map[string]bool{}
 	for uid, c := range cp.Claims {
-		if c == nil || c.UID != uid || (c.Phase != PhaseStarted && c.Phase != PhaseCompleted) {
+		if c == nil || c.UID != uid || !knownPhase(c.Phase) {
 			continue
 		}
 		ok := true

@@ -29,9 +29,12 @@ type deviceFacts struct {
 	LoadedRef   string
 	// Rebooted: the node rebooted since the holder's record was written;
 	// ProgrammedBefore: that record says this driver programmed the
-	// region for the holder (so the reboot erased it).
-	Rebooted         bool
-	ProgrammedBefore bool
+	// region for the holder (so the reboot erased it). ProgrammedForBinding:
+	// the region was programmed for the holder before its pod was bound,
+	// in this boot, and carries what the record says.
+	Rebooted             bool
+	ProgrammedBefore     bool
+	ProgrammedForBinding bool
 	// Programmable: the node allows programming; HaveProgrammer: a
 	// programmer is configured.
 	Programmable   bool
@@ -53,6 +56,9 @@ type devicePlan struct {
 //   - a device another holder holds is refused (ErrDeviceHeld), also while
 //     that holder is being released;
 //   - no config: the device is handed over as it is;
+//   - a region programmed for the holder before its pod was bound (and
+//     still carrying what was loaded) is not programmed again, whatever
+//     the policy;
 //   - a config whose interfaceID is not the region's is refused
 //     (program.ErrInterfaceMismatch);
 //   - programming: Never needs the AFU loaded (ErrAFUNotLoaded);
@@ -79,6 +85,9 @@ func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
 		return devicePlan{}, fmt.Errorf("%w: device %s has interface ID %s but the claim's config asks for %s: select a device with that interface ID or drop interfaceID from the config", program.ErrInterfaceMismatch, f.Device, f.InterfaceID, cfg.InterfaceID)
 	}
 	p.AFU = cfg.AFUID
+	if f.ProgrammedForBinding && f.LoadedAFU == cfg.AFUID {
+		return p, nil
+	}
 	switch cfg.Programming {
 	case v1alpha1.ProgrammingNever:
 		if f.LoadedAFU != cfg.AFUID {
@@ -124,10 +133,16 @@ type plan struct {
 // facts gathers the decision's input for one device of holder h. Caller
 // holds mu.
 func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
+	// What this process loaded is newer than any discovery pass that has
+	// not seen it yet.
+	loadedAFU := port.AFUID
+	if l, ok := s.loaded[device]; ok {
+		loadedAFU = l.afu
+	}
 	f := deviceFacts{
 		Device:         device,
 		InterfaceID:    card.InterfaceID,
-		LoadedAFU:      port.AFUID,
+		LoadedAFU:      loadedAFU,
 		LoadedSHA:      s.loaded[device].sha256,
 		LoadedRef:      s.loaded[device].reference,
 		Rebooted:       rec != nil && rec.BootID != s.bootID,
@@ -137,6 +152,7 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 	if rec != nil {
 		i := slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
 		f.ProgrammedBefore = i >= 0 && rec.Devices[i].Programmed
+		f.ProgrammedForBinding = i >= 0 && rec.Phase == PhaseProgrammed && !f.Rebooted && rec.Devices[i].AFUID == loadedAFU
 	}
 	if other, held := s.holds[device]; held && other != h && !superseded(other) {
 		f.HeldBy, f.Releasing = s.holderName(other), s.releasing[other]

@@ -138,7 +138,7 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
 	s.mu.Lock()
 	if err == nil {
-		s.loaded[port.DeviceName()] = loadedFile{sha256: loaded.SHA256, reference: cfg.BitstreamRef}
+		s.loaded[port.DeviceName()] = loadedFile{afu: cfg.AFUID, sha256: loaded.SHA256, reference: cfg.BitstreamRef}
 	} else {
 		delete(s.loaded, port.DeviceName())
 	}
@@ -190,4 +190,29 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 	}
 	res.Bitstream = bs.Path
 	return bs, nil
+}
+
+// WaitIdle waits until no programming job runs, or ctx ends. Programming
+// cannot be stopped part way; a process that hands the node to another
+// (a rolling update) stops taking work and calls WaitIdle before it
+// releases the state lock, so that two processes never program at once.
+func (s *State) WaitIdle(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		var running *job
+		for _, j := range s.jobs {
+			running = j
+			break
+		}
+		s.mu.Unlock()
+		if running == nil {
+			return nil
+		}
+		running.logger.Info("Waiting for programming to finish before stopping")
+		select {
+		case <-running.done:
+		case <-ctx.Done():
+			return fmt.Errorf("programming of %s still running: %w", running.device, context.Cause(ctx))
+		}
+	}
 }

@@ -29,14 +29,26 @@ type op struct {
 	err  error
 	// reported is set once a caller read out.Programmed.
 	reported bool
+	// beforeBinding: the prepare ends at PhaseProgrammed (BeforeBinding).
+	beforeBinding bool
 }
 
 // PrepareOption adjusts one Prepare.
 type PrepareOption func(*prepareOptions)
 
 type prepareOptions struct {
-	supersede func(types.UID) bool
-	rebuild   bool
+	supersede     func(types.UID) bool
+	rebuild       bool
+	beforeBinding bool
+}
+
+// BeforeBinding makes the prepare program what its devices need and
+// record the holder as PhaseProgrammed, without a CDI spec: the work of a
+// claim allocated with binding conditions, before its pod is bound. The
+// kubelet's prepare of the claim later finds the regions programmed and
+// only writes the CDI spec. Outcome.Devices is empty.
+func BeforeBinding() PrepareOption {
+	return func(o *prepareOptions) { o.beforeBinding = true }
 }
 
 // Supersede lets the prepare take devices from other holders for which
@@ -75,6 +87,8 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	switch {
 	case err != nil:
 		return Outcome{}, err
+	case completed != nil && completed.Phase == PhaseProgrammed:
+		return Outcome{}, nil // programmed before binding already
 	case completed != nil:
 		return s.completed(h, completed, devs)
 	case plans != nil:
@@ -99,7 +113,11 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	}
 	rec := s.cp.Claims[string(h.UID)]
 	rebooted := rec != nil && rec.BootID != s.bootID
-	if rec != nil && rec.Phase == PhaseCompleted && !rebooted && !o.rebuild && sameDevices(rec, reqs) {
+	switch {
+	case rec == nil || rebooted || o.rebuild || !sameDevices(rec, reqs):
+	case rec.Phase == PhaseCompleted:
+		return nil, rec.clone(), nil, nil, nil
+	case rec.Phase == PhaseProgrammed && o.beforeBinding:
 		return nil, rec.clone(), nil, nil, nil
 	}
 	var superseded []types.UID
@@ -125,7 +143,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		plans = append(plans, &plan{req: r, card: card, port: port, devicePlan: p})
 	}
 	jobCtx, cancel := context.WithCancelCause(s.ctx)
-	op := &op{holder: h, cancel: cancel, done: make(chan struct{})}
+	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding}
 	s.ops[h.UID] = op
 	for _, p := range plans {
 		s.holds[p.req.Device] = h.UID
@@ -181,6 +199,21 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	s.mu.Lock()
 	releasing := s.releasing[h.UID]
 	s.mu.Unlock()
+	if op.beforeBinding {
+		err := s.commit(func(cp *Checkpoint) {
+			s.dropRecord(h.UID)
+			rec := s.record(h, PhaseProgrammed, plans)
+			cp.Claims[string(h.UID)] = rec
+			for _, d := range rec.Devices {
+				s.holds[d.Device] = h.UID
+			}
+		})
+		if err == nil && releasing {
+			err = fmt.Errorf("%w: claim %s was unprepared while it was being programmed", ErrReleasing, h)
+		}
+		s.finish(op, op.out, err)
+		return
+	}
 	recs := s.recordDevices(plans)
 	devices, err := specDevices(recs, devs)
 	if releasing || err != nil {

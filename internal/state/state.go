@@ -152,6 +152,7 @@ type Programming struct {
 
 // loadedFile is what a job loaded into a region.
 type loadedFile struct {
+	afu       string
 	sha256    string
 	reference string
 }

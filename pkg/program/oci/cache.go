@@ -15,15 +15,11 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 )
-
-// lockRetry is how often opening a cache retries taking the directory's
-// lock while another process holds it.
-const lockRetry = 250 * time.Millisecond
 
 // cache is the content-addressed store behind a Puller:
 //
@@ -107,37 +103,20 @@ func (c *cache) manifestPath(d digest.Digest) string {
 	return filepath.Join(c.manifestDir(), d.Encoded())
 }
 
-// lockDir takes an exclusive lock on the file path, retrying while another
-// process holds it until ctx ends.
+// lockDir takes the cache directory's lock, waiting while another process
+// holds it until ctx ends.
 func lockDir(ctx context.Context, logger klog.Logger, path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := filelock.Acquire(ctx, path, func() {
+		logger.Info("Waiting for another process to release the bitstream cache", "lock", path)
+	})
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, fmt.Errorf("bitstream cache %s is in use by another process (it holds %s): stop it, or give each process its own --%s: %w",
+			filepath.Dir(path), path, FlagCacheDir, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("bitstream cache lock: %w", err)
+		return nil, fmt.Errorf("bitstream cache: %w", err)
 	}
-	logged := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !logged {
-			logger.Info("Waiting for another process to release the bitstream cache", "lock", path)
-			logged = true
-		}
-		t := time.NewTimer(lockRetry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			f.Close()
-			return nil, fmt.Errorf("bitstream cache %s is in use by another process (it holds %s): stop it, or give each process its own --%s: %w",
-				filepath.Dir(path), path, FlagCacheDir, ctx.Err())
-		case <-t.C:
-		}
-	}
+	return f, nil
 }
 
 // load indexes the blobs and manifests on disk and empties tmp. Files that

@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/registrytest"
 )
 
@@ -81,7 +82,7 @@ func TestCacheDirectoryLocked(t *testing.T) {
 	r := registrytest.Start(t, registrytest.Config{})
 	dir := t.TempDir()
 	newPuller(t, r, dir, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*lockRetry)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*filelock.Retry)
 	defer cancel()
 	_, err := NewPuller(ctx, PullerOptions{Registry: registryOptions(r), CacheDir: dir})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {

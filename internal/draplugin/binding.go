@@ -1,0 +1,340 @@
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/claimroute"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+)
+
+// Binder does a node's work for claims allocated with binding conditions
+// (KEP-5007), before their pods are bound: it programs the regions the
+// claims' configs ask for (or finds the function loaded) and reports the
+// outcome in each device's status, where the scheduler waits for it: the
+// binding condition True, or the failure condition True with the reason,
+// after which the scheduler allocates the claim again, elsewhere. A device
+// whose programming failed is quarantined for a while, so that the next
+// allocation picks another one. A claim deallocated (or deleted) before
+// its pod was bound releases its regions, waiting for programming that
+// cannot be stopped.
+//
+// It watches only the claims the controller routed to this node
+// (claimroute), so its cost does not grow with other nodes' claims.
+type Binder struct {
+	DriverName string
+	NodeName   string
+	Client     kubernetes.Interface
+	// Claims decodes configs and prepares on the node's State.
+	Claims *Claims
+	// Devices returns the node's latest discovery result.
+	Devices func() *discovery.Result
+	// Quarantine keeps a device out of new allocations for a while after
+	// its programming failed (nil: none).
+	Quarantine func(device, reason string)
+
+	lister resourcelisters.ResourceClaimLister
+	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
+
+	mu sync.Mutex
+	// seen maps claims to the UID last seen, to release a deleted one.
+	seen map[cache.ObjectName]types.UID
+	// running are the claims being programmed.
+	running map[types.UID]bool
+}
+
+// Run watches the node's claims and works on them until ctx ends.
+func (b *Binder) Run(ctx context.Context) error {
+	logger := klog.LoggerWithName(klog.FromContext(ctx), "binding")
+	ctx = klog.NewContext(ctx, logger)
+	b.seen = map[cache.ObjectName]types.UID{}
+	b.running = map[types.UID]bool{}
+	b.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "binding"})
+	defer b.queue.ShutDown()
+	selector := claimroute.Selector(b.DriverName, b.NodeName).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(b.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := factory.Resource().V1().ResourceClaims()
+	b.lister = inf.Lister()
+	enqueue := func(obj any) {
+		if name, err := cache.DeletionHandlingObjectToName(obj); err == nil {
+			b.queue.Add(name)
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return nil // stopping
+	}
+	logger.Info("Programming claims before binding", "selector", selector)
+	go func() {
+		<-ctx.Done()
+		b.queue.ShutDown()
+	}()
+	for b.next(ctx) {
+	}
+	return nil
+}
+
+func (b *Binder) next(ctx context.Context) bool {
+	name, quit := b.queue.Get()
+	if quit {
+		return false
+	}
+	defer b.queue.Done(name)
+	if err := b.sync(ctx, name); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Claim before binding; retrying", "claim", name)
+		b.queue.AddRateLimited(name)
+		return true
+	}
+	b.queue.Forget(name)
+	return true
+}
+
+// sync looks at one claim: it releases what the node holds for a claim
+// that no longer waits here, and starts programming one that does.
+func (b *Binder) sync(ctx context.Context, name cache.ObjectName) error {
+	claim, err := b.lister.ResourceClaims(name.Namespace).Get(name.Name)
+	if apierrors.IsNotFound(err) {
+		b.mu.Lock()
+		uid := b.seen[name]
+		delete(b.seen, name)
+		b.mu.Unlock()
+		return b.release(ctx, uid)
+	}
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	prev := b.seen[name]
+	b.seen[name] = claim.UID
+	b.mu.Unlock()
+	if prev != "" && prev != claim.UID {
+		if err := b.release(ctx, prev); err != nil {
+			return err
+		}
+	}
+	node, pending := claimroute.Node(claim, b.DriverName)
+	if !pending || node != b.NodeName {
+		return b.release(ctx, claim.UID)
+	}
+	if b.settled(claim) {
+		return nil
+	}
+	b.mu.Lock()
+	running := b.running[claim.UID]
+	b.running[claim.UID] = true
+	b.mu.Unlock()
+	if !running {
+		go b.program(ctx, claim.DeepCopy())
+	}
+	return nil
+}
+
+// settled reports whether every device of the claim that waits for the
+// binding condition has it, or its failure condition, in the status.
+func (b *Binder) settled(claim *resourceapi.ResourceClaim) bool {
+	for _, r := range b.waiting(claim) {
+		i := slices.IndexFunc(claim.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool {
+			return d.Driver == r.Driver && d.Pool == r.Pool && d.Device == r.Device
+		})
+		if i < 0 {
+			return false
+		}
+		c := claim.Status.Devices[i].Conditions
+		if !apimeta.IsStatusConditionTrue(c, qualified(b.DriverName, ConditionProgrammed)) && !apimeta.IsStatusConditionTrue(c, qualified(b.DriverName, ConditionProgrammingFailed)) {
+			return false
+		}
+	}
+	return true
+}
+
+// waiting lists the claim's devices on this node that wait for binding
+// conditions.
+func (b *Binder) waiting(claim *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
+	var out []resourceapi.DeviceRequestAllocationResult
+	if claim.Status.Allocation == nil {
+		return nil
+	}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == b.DriverName && r.Pool == b.NodeName && len(r.BindingConditions) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// release frees what the node holds for a claim that was programmed (or
+// is being programmed) before binding and no longer waits here; a claim
+// the kubelet prepared is the kubelet's to unprepare.
+func (b *Binder) release(ctx context.Context, uid types.UID) error {
+	if uid == "" {
+		return nil
+	}
+	rec, ok := b.Claims.State.Claim(uid)
+	if ok && rec.Phase == state.PhaseCompleted {
+		return nil
+	}
+	if err := b.Claims.State.Unprepare(ctx, uid); err != nil {
+		return fmt.Errorf("release claim %s, deallocated before its pod was bound: %w", uid, err)
+	}
+	if ok {
+		klog.FromContext(ctx).Info("Released the regions of a claim deallocated before its pod was bound", "uid", uid, "claim", klog.KRef(rec.Namespace, rec.Name))
+	}
+	return nil
+}
+
+// program programs a claim's regions and reports the outcome.
+func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim))
+	ctx = klog.NewContext(ctx, logger)
+	defer func() {
+		b.mu.Lock()
+		delete(b.running, claim.UID)
+		b.mu.Unlock()
+		b.queue.Add(cache.MetaObjectToName(claim)) // look again: settled, or changed meanwhile
+	}()
+	out, err := b.prepare(ctx, claim)
+	if errors.Is(err, state.ErrReleasing) || ctx.Err() != nil {
+		return // the claim went away meanwhile; sync releases it
+	}
+	if err != nil {
+		logger.Error(err, "Programming before binding failed")
+		b.Claims.event(claim, v1.EventTypeWarning, "ProgrammingFailed", "Program", "Programming before binding failed: %v", err)
+	}
+	for _, p := range out.Programmed {
+		if p.Err == nil {
+			b.Claims.event(claim, v1.EventTypeNormal, "Programmed", "Program", "Loaded AFU %s into %s from %s in %s, before the pod was bound", p.AFUID, p.Device, p.Bitstream, p.Duration.Round(time.Millisecond))
+		}
+	}
+	entries := b.outcome(claim, out, err)
+	for attempt := 0; ; attempt++ {
+		werr := applyDeviceStatus(ctx, b.Client, claim, b.DriverName, fieldManagerBinding, claim.ResourceVersion, entries)
+		if werr == nil || !isConflict(werr) || attempt >= 10 {
+			if werr != nil {
+				logger.Error(werr, "Reporting the programming outcome failed; the scheduler's binding timeout ends the wait")
+			}
+			break
+		}
+		// The claim changed: write only while it is still this allocation.
+		fresh, gerr := b.Client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		if gerr != nil || fresh.UID != claim.UID || !sameAllocation(fresh, claim) {
+			return
+		}
+		claim = fresh
+	}
+	if err != nil && b.Quarantine != nil {
+		for _, r := range b.waiting(claim) {
+			if slices.ContainsFunc(out.Programmed, func(p state.Programming) bool { return p.Device == r.Device && p.Err != nil }) || len(out.Programmed) == 0 {
+				b.Quarantine(r.Device, failureReason(err))
+			}
+		}
+	}
+}
+
+// prepare programs the claim's devices before binding, as the kubelet's
+// retries would: again while programming is still running.
+func (b *Binder) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (state.Outcome, error) {
+	reqs, err := b.Claims.requests(claim)
+	if err != nil {
+		return state.Outcome{}, err
+	}
+	h := state.Holder{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
+	var all state.Outcome
+	for {
+		out, err := b.Claims.State.Prepare(ctx, h, reqs, b.Devices(), state.BeforeBinding())
+		all.Programmed = append(all.Programmed, out.Programmed...)
+		if !errors.Is(err, state.ErrInProgress) || ctx.Err() != nil {
+			return all, err
+		}
+	}
+}
+
+// outcome is the status entries reporting a programming outcome.
+func (b *Binder) outcome(claim *resourceapi.ResourceClaim, out state.Outcome, err error) []deviceStatus {
+	rec, _ := b.Claims.State.Claim(claim.UID)
+	devs := b.Devices()
+	var entries []deviceStatus
+	for _, r := range b.waiting(claim) {
+		e := deviceStatus{pool: r.Pool, device: r.Device}
+		if err != nil {
+			e.conditions = []metav1.Condition{
+				condition(qualified(b.DriverName, ConditionProgrammingFailed), metav1.ConditionTrue, failureReason(err), err.Error()),
+				condition(qualified(b.DriverName, ConditionProgrammed), metav1.ConditionFalse, failureReason(err), "see "+ConditionProgrammingFailed),
+			}
+			entries = append(entries, e)
+			continue
+		}
+		reason, msg := "AlreadyLoaded", "the region carries the function already"
+		e.data = deviceData(rec, r.Device, devs)
+		for _, p := range out.Programmed {
+			if p.Device == r.Device {
+				reason, msg = "Programmed", fmt.Sprintf("loaded %s from %s in %s", p.AFUID, p.Bitstream, p.Duration.Round(time.Millisecond))
+				e.data.ProgrammingSeconds = p.Duration.Seconds()
+				now := metav1.Now()
+				e.data.ProgrammedAt = &now
+			}
+		}
+		e.conditions = []metav1.Condition{
+			condition(qualified(b.DriverName, ConditionProgrammed), metav1.ConditionTrue, reason, msg),
+			condition(qualified(b.DriverName, ConditionProgrammingFailed), metav1.ConditionFalse, reason, msg),
+		}
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+// deviceData is what the status reports about a device of a record.
+func deviceData(rec state.ClaimRecord, device string, devs *discovery.Result) *DeviceData {
+	d := &DeviceData{}
+	for _, r := range rec.Devices {
+		if r.Device == device {
+			d.AFUID, d.Bitstream, d.SHA256 = r.AFUID, r.Bitstream, r.SHA256
+		}
+	}
+	if card, port, ok := devs.FindPort(device); ok {
+		d.InterfaceID = card.InterfaceID
+		if d.AFUID == "" {
+			d.AFUID = port.AFUID
+		}
+		for _, n := range port.Nodes() {
+			d.DeviceNodes = append(d.DeviceNodes, n.Path)
+		}
+	}
+	return d
+}
+
+// sameAllocation reports whether two versions of a claim have the same
+// allocation (the scheduler stamps each allocation).
+func sameAllocation(a, b *resourceapi.ResourceClaim) bool {
+	if a.Status.Allocation == nil || b.Status.Allocation == nil {
+		return false
+	}
+	ta, tb := a.Status.Allocation.AllocationTimestamp, b.Status.Allocation.AllocationTimestamp
+	return (ta == nil && tb == nil) || (ta != nil && tb != nil && ta.Equal(tb))
+}
