@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -15,6 +20,7 @@ func newSimulateCommand() *cobra.Command {
 	var (
 		dir, driver, bitstreams string
 		opts                    simnode.Options
+		keepExisting            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate --dir DIR",
@@ -31,11 +37,28 @@ func newSimulateCommand() *cobra.Command {
 			default:
 				return fmt.Errorf("--driver %q: use dfl or opae (or none with --cards 0)", driver)
 			}
+			out := cmd.OutOrStdout()
+			stamp, err := json.Marshal(struct {
+				Options    simnode.Options
+				Bitstreams string
+			}{opts, bitstreams})
+			if err != nil {
+				return err
+			}
+			stampPath := filepath.Join(dir, simStampFile)
+			if old, err := os.ReadFile(stampPath); keepExisting && err == nil && bytes.Equal(old, stamp) {
+				fmt.Fprintf(out, "kept the simulated node in %s: written with the same options; its loaded functions and boot ID stay, as a real node's do when only the driver restarts\n", dir)
+				return nil
+			}
 			n, err := simnode.Write(dir, opts)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
+			// A node written afresh is a rebooted one: a driver that
+			// prepared claims on the old one finds them gone.
+			if err := n.SetBootID(uuid.NewString()); err != nil {
+				return err
+			}
 			fmt.Fprintf(out, "simulated node in %s: %d %s cards, %d ports each; %d Alveo cards %v\n", n.Root, len(n.Cards), opts.Driver, opts.PortsPerCard, len(n.Alveo), opts.Alveo)
 			if n.RegularFiles {
 				fmt.Fprintln(out, "note: this process may not create device nodes (no CAP_MKNOD): /dev entries are regular files and discovery reports those ports unhealthy")
@@ -69,7 +92,9 @@ func newSimulateCommand() *cobra.Command {
 			for _, p := range paths {
 				fmt.Fprintf(out, "  %s\n", p)
 			}
-			return nil
+			// Written last: a node whose writing was interrupted is
+			// written again.
+			return atomicfile.Write(stampPath, stamp, atomicfile.Options{Perm: 0o644})
 		},
 	}
 	f := cmd.Flags()
@@ -83,8 +108,13 @@ func newSimulateCommand() *cobra.Command {
 	f.BoolVar(&opts.DashedIDs, "dashed-ids", false, "print IDs as dashed UUIDs")
 	f.StringVar(&bitstreams, "bitstream-dir", "", "where to write sample bitstreams for the simulated programmer (default DIR/srv/fpga/bitstreams)")
 	f.StringSliceVar(&opts.Alveo, "alveo", nil, "add AMD/Xilinx Alveo cards (XRT) of these models, one each: u250, u55c")
+	f.BoolVar(&keepExisting, "keep-existing", false, "leave a node this command wrote before with the same options as it is (loaded functions, boot ID): a pod restart or rolling update of the driver is then not a simulated reboot; on a tmpfs directory (/var/run) a real reboot still starts afresh")
 	return cmd
 }
+
+// simStampFile, in a simulated node's directory, holds the options it was
+// written with.
+const simStampFile = ".fpga-dra-simulate.json"
 
 // uniqueModels lists the models of cards, once each, in card order.
 func uniqueModels(cards []*simnode.AlveoCard) []simnode.AlveoModel {
