@@ -183,14 +183,14 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 	nodeSA := ds.Spec.Template.Spec.ServiceAccountName
 
 	// Each node's driver writes only its own ResourceSlices.
-	vap := findOne[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "")
+	vap := findOne[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "fpga-dra-driver-resourceslices")
 	if got, want := vap.Spec.MatchConditions[0].Expression, fmt.Sprintf(`request.userInfo.username == "system:serviceaccount:%s:%s"`, ns, nodeSA); got != want {
 		t.Errorf("ValidatingAdmissionPolicy matches %s, want %s", got, want)
 	}
 	if !strings.Contains(vap.Spec.Variables[0].Expression, "authentication.kubernetes.io/node-name") {
 		t.Errorf("ValidatingAdmissionPolicy node name from %s", vap.Spec.Variables[0].Expression)
 	}
-	binding := findOne[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs, "")
+	binding := findOne[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs, "fpga-dra-driver-resourceslices")
 	if binding.Spec.PolicyName != vap.Name || !slices.Contains(binding.Spec.ValidationActions, "Deny") {
 		t.Errorf("ValidatingAdmissionPolicyBinding = %+v", binding.Spec)
 	}
@@ -201,7 +201,8 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/driver", "associated-node:patch", "fpga.dra.dev") ||
 		!allows(nodeRole.Rules, "resource.k8s.io", "resourceslices", "create", "") ||
 		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "get", "") ||
-		allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "list", "") {
+		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "watch", "") ||
+		allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "patch", "") {
 		t.Errorf("node ClusterRole rules = %+v", nodeRole.Rules)
 	}
 	bound := false
@@ -251,10 +252,39 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 		{"fpga.dra.dev", "acceleratorfunctions/status", "update", ""},
 		{"fpga.dra.dev", "fpgaregions/finalizers", "update", ""},
 		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "update", vwc.Name},
+		{"resource.k8s.io", "resourceclaims", "watch", ""},
+		{"resource.k8s.io", "resourceclaims", "patch", ""},
 	} {
 		if !allows(ctrlRole.Rules, want.group, want.resource, want.verb, want.name) {
 			t.Errorf("controller ClusterRole does not allow %s %s/%s %s", want.verb, want.group, want.resource, want.name)
 		}
+	}
+	// Its claim patches touch only the routing label.
+	route := findOne[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "fpga-dra-driver-claim-route")
+	if got, want := route.Spec.MatchConditions[0].Expression, fmt.Sprintf(`request.userInfo.username == "system:serviceaccount:%s:%s"`, ns, deploy.Spec.Template.Spec.ServiceAccountName); got != want {
+		t.Errorf("claim-route policy matches %s, want %s", got, want)
+	}
+	if !strings.Contains(route.Spec.Validations[0].Expression, `"fpga.dra.dev/node"`) {
+		t.Errorf("claim-route policy does not name the routing label: %s", route.Spec.Validations[0].Expression)
+	}
+	if b := findOne[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs, "fpga-dra-driver-claim-route"); b.Spec.PolicyName != route.Name {
+		t.Errorf("claim-route binding names policy %s", b.Spec.PolicyName)
+	}
+
+	// Rolling updates: the next pod starts beside the running one and its
+	// kubelet sockets carry its UID.
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("DaemonSet update strategy %+v, want maxSurge 1, maxUnavailable 0", ds.Spec.UpdateStrategy.RollingUpdate)
+	}
+	daemon := ds.Spec.Template.Spec.Containers[0]
+	if e, _ := env(daemon, "POD_UID"); e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
+		t.Errorf("daemon $POD_UID = %+v, want the pod's metadata.uid", e)
+	}
+	if e, _ := env(daemon, "BINDING_CONDITIONS"); e.Value != "true" {
+		t.Errorf("daemon $BINDING_CONDITIONS = %q, want true with the controller deployed", e.Value)
+	}
+	if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 100 {
+		t.Errorf("DaemonSet terminationGracePeriodSeconds %v, want above the daemon's shutdown wait (100s)", g)
 	}
 }
 
