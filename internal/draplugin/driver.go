@@ -220,6 +220,16 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 // without Standby is active from Start. Activate is called once.
 func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
 	ctx := d.ctx
+	logger := klog.FromContext(ctx)
+	if binder != nil {
+		switch stored, err := bindingConditionsStored(ctx, d.cfg.KubeClient, d.cfg.DriverName, d.cfg.NodeName); {
+		case err != nil:
+			logger.Error(err, "Cannot tell whether the API server keeps binding conditions; publishing them, and falling back if it drops them")
+		case !stored:
+			logger.Info("The API server drops binding conditions (feature DRADeviceBindingConditions off): claims are programmed at prepare instead of before binding")
+			binder = nil
+		}
+	}
 	d.claims, d.binder = claims, binder
 	d.binding.Store(binder != nil)
 	if binder != nil {
@@ -233,7 +243,7 @@ func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
 		d.wg.Go(func() { d.expireQuarantines(ctx) })
 	}
 	close(d.active)
-	klog.FromContext(ctx).Info("FPGA DRA driver active", "bindingConditions", binder != nil)
+	logger.Info("FPGA DRA driver active", "bindingConditions", binder != nil)
 	d.publish(ctx)
 }
 
@@ -371,9 +381,7 @@ func (d *Driver) publish(ctx context.Context) {
 			var dropped *resourceslice.DroppedFieldsError
 			if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceBindingConditions") && d.binding.Swap(false) {
 				klog.FromContext(ctx).Info("The API server drops binding conditions (feature DRADeviceBindingConditions off): claims are programmed at prepare instead of before binding")
-				if d.stopBinder != nil {
-					d.stopBinder()
-				}
+				d.stopBinder()
 				go d.publish(ctx)
 				return
 			}

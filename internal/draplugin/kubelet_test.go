@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,11 +143,16 @@ func newNode(t testing.TB, o nodeOptions) (context.Context, *testNode, draplugin
 }
 
 // generateNames makes the fake API server name and identify created
-// objects as a real one does (metadata.generateName, metadata.uid).
+// objects as a real one does (metadata.generateName, metadata.uid), and
+// store nothing for a dry run.
 func generateNames(c *fake.Clientset) {
 	var seq atomic.Int64
 	c.PrependReactor("create", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		obj := action.(k8stesting.CreateAction).GetObject()
+		create := action.(k8stesting.CreateAction)
+		obj := create.GetObject()
+		if ca, ok := create.(k8stesting.CreateActionImpl); ok && slices.Contains(ca.CreateOptions.DryRun, metav1.DryRunAll) {
+			return true, obj, nil
+		}
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			return false, nil, nil
