@@ -96,10 +96,23 @@ func (b *Binder) Run(ctx context.Context) error {
 		<-ctx.Done()
 		b.queue.ShutDown()
 	}()
-	for b.next(ctx) {
+	// Several workers: a release waits for programming that cannot be
+	// stopped, and must not hold up the node's other claims. The queue
+	// never gives one claim to two workers at once.
+	var wg sync.WaitGroup
+	for range binderWorkers {
+		wg.Go(func() {
+			for b.next(ctx) {
+			}
+		})
 	}
+	wg.Wait()
 	return nil
 }
+
+// binderWorkers is how many claims a Binder works on at once; programming
+// itself runs beside them.
+const binderWorkers = 4
 
 func (b *Binder) next(ctx context.Context) bool {
 	name, quit := b.queue.Get()
@@ -213,11 +226,18 @@ func (b *Binder) release(ctx context.Context, uid types.UID) error {
 func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)
+	var werr error
 	defer func() {
 		b.mu.Lock()
 		delete(b.running, claim.UID)
 		b.mu.Unlock()
-		b.queue.Add(cache.MetaObjectToName(claim)) // look again: settled, or changed meanwhile
+		// Look again: settled, or changed meanwhile; after a failed
+		// status write, with backoff.
+		if werr != nil {
+			b.queue.AddRateLimited(cache.MetaObjectToName(claim))
+		} else {
+			b.queue.Add(cache.MetaObjectToName(claim))
+		}
 	}()
 	out, err := b.prepare(ctx, claim)
 	if errors.Is(err, state.ErrReleasing) || ctx.Err() != nil {
@@ -234,16 +254,17 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	entries := b.outcome(claim, out, err)
 	for attempt := 0; ; attempt++ {
-		werr := applyDeviceStatus(ctx, b.Client, claim, b.DriverName, fieldManagerBinding, claim.ResourceVersion, entries)
+		werr = applyDeviceStatus(ctx, b.Client, claim, b.DriverName, fieldManagerBinding, claim.ResourceVersion, entries)
 		if werr == nil || !isConflict(werr) || attempt >= 10 {
 			if werr != nil {
-				logger.Error(werr, "Reporting the programming outcome failed; the scheduler's binding timeout ends the wait")
+				logger.Error(werr, "Reporting the programming outcome failed; retrying with backoff (the scheduler gives up at its binding timeout)")
 			}
 			break
 		}
 		// The claim changed: write only while it is still this allocation.
 		fresh, gerr := b.Client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
 		if gerr != nil || fresh.UID != claim.UID || !sameAllocation(fresh, claim) {
+			werr = nil // a new allocation is worked on afresh
 			return
 		}
 		claim = fresh
