@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/claimroute"
+	"github.com/fpga-dra/fpga-dra-driver/internal/reconcile"
 )
 
 // ClaimRouter labels every ResourceClaim whose devices of the driver wait
@@ -68,37 +69,10 @@ func (r *ClaimRouter) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced) {
 		return fmt.Errorf("claim router: informer did not sync: %w", context.Cause(ctx))
 	}
-	go func() {
-		<-ctx.Done()
-		r.queue.ShutDown()
-	}()
-	done := make(chan struct{}, workers)
-	for range max(workers, 1) {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for r.next(ctx) {
-			}
-		}()
-	}
-	for range max(workers, 1) {
-		<-done
-	}
-	return nil
-}
-
-func (r *ClaimRouter) next(ctx context.Context) bool {
-	name, quit := r.queue.Get()
-	if quit {
-		return false
-	}
-	defer r.queue.Done(name)
-	if err := r.route(ctx, name); err != nil {
+	reconcile.Run(ctx, r.queue, workers, r.route, func(ctx context.Context, name cache.ObjectName, err error) {
 		utilruntime.HandleErrorWithContext(ctx, err, "Routing ResourceClaim failed; retrying", "claim", name)
-		r.queue.AddRateLimited(name)
-		return true
-	}
-	r.queue.Forget(name)
-	return true
+	})
+	return nil
 }
 
 // route sets or removes one claim's node label.

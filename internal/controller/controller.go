@@ -38,6 +38,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/reconcile"
 )
 
 // FieldManager is the field manager of every write the controller makes.
@@ -176,16 +177,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return fmt.Errorf("informer caches did not sync: %w", context.Cause(ctx))
 	}
 	logger.Info("Reconciling AcceleratorFunctions and FpgaRegions", "workers", workers)
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() {
-			for c.processNextItem(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	reconcile.Run(ctx, c.queue, workers, c.syncLogged, c.failed)
 	for _, f := range c.factories {
 		f.Shutdown()
 	}
@@ -212,28 +204,21 @@ func (c *Controller) start(ctx context.Context) {
 	})
 }
 
-// processNextItem reconciles one key; false when the queue shut down.
-func (c *Controller) processNextItem(ctx context.Context) bool {
-	k, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(k)
+// syncLogged syncs k with the key in the logger.
+func (c *Controller) syncLogged(ctx context.Context, k key) error {
+	return c.sync(klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), "kind", k.kind, "name", k.name)), k)
+}
+
+// failed logs a failed reconcile, which is retried with backoff.
+func (c *Controller) failed(ctx context.Context, k key, err error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "kind", k.kind, "name", k.name)
-	ctx = klog.NewContext(ctx, logger)
-	if err := c.sync(ctx, k); err != nil {
-		if apierrors.IsConflict(err) {
-			// Written from an older cache copy: the newer object is on its
-			// way and this key comes back with it.
-			logger.V(3).Info("Object changed meanwhile; retrying", "err", err)
-		} else {
-			logger.Error(err, "Reconcile failed; retrying", "retries", c.queue.NumRequeues(k))
-		}
-		c.queue.AddRateLimited(k)
-		return true
+	if apierrors.IsConflict(err) {
+		// Written from an older cache copy: the newer object is on its
+		// way and this key comes back with it.
+		logger.V(3).Info("Object changed meanwhile; retrying", "err", err)
+		return
 	}
-	c.queue.Forget(k)
-	return true
+	logger.Error(err, "Reconcile failed; retrying", "retries", c.queue.NumRequeues(k))
 }
 
 // sync reconciles the object k names, whether it exists or not.

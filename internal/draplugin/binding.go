@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/claimroute"
+	"github.com/fpga-dra/fpga-dra-driver/internal/reconcile"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -92,42 +93,17 @@ func (b *Binder) Run(ctx context.Context) error {
 		return nil // stopping
 	}
 	logger.Info("Programming claims before binding", "selector", selector)
-	go func() {
-		<-ctx.Done()
-		b.queue.ShutDown()
-	}()
 	// Several workers: a release waits for programming that cannot be
-	// stopped, and must not hold up the node's other claims. The queue
-	// never gives one claim to two workers at once.
-	var wg sync.WaitGroup
-	for range binderWorkers {
-		wg.Go(func() {
-			for b.next(ctx) {
-			}
-		})
-	}
-	wg.Wait()
+	// stopped, and must not hold up the node's other claims.
+	reconcile.Run(ctx, b.queue, binderWorkers, b.sync, func(ctx context.Context, name cache.ObjectName, err error) {
+		utilruntime.HandleErrorWithContext(ctx, err, "Claim before binding; retrying", "claim", name)
+	})
 	return nil
 }
 
 // binderWorkers is how many claims a Binder works on at once; programming
 // itself runs beside them.
 const binderWorkers = 4
-
-func (b *Binder) next(ctx context.Context) bool {
-	name, quit := b.queue.Get()
-	if quit {
-		return false
-	}
-	defer b.queue.Done(name)
-	if err := b.sync(ctx, name); err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "Claim before binding; retrying", "claim", name)
-		b.queue.AddRateLimited(name)
-		return true
-	}
-	b.queue.Forget(name)
-	return true
-}
 
 // sync looks at one claim: it releases what the node holds for a claim
 // that no longer waits here, and starts programming one that does.
