@@ -136,11 +136,18 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		if !ok {
 			return nil, nil, nil, nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
 		}
-		p, err := decideDevice(r.Config, s.facts(h.UID, r.Device, card, port, rec, may))
+		f := s.facts(h.UID, r.Device, card, port, rec, may)
+		p, err := decideDevice(r.Config, f)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
-		plans = append(plans, &plan{req: r, card: card, port: port, devicePlan: p})
+		pl := &plan{req: r, card: card, port: port, devicePlan: p}
+		if f.ProgrammedForBinding && !p.Program {
+			i := slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == r.Device })
+			before := rec.Devices[i]
+			pl.before = &before
+		}
+		plans = append(plans, pl)
 	}
 	jobCtx, cancel := context.WithCancelCause(s.ctx)
 	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding}
@@ -380,6 +387,11 @@ func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 	recs := make([]DeviceRecord, len(plans))
 	for i, p := range plans {
 		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program}
+		if b := p.before; b != nil {
+			// Loaded for the holder before binding: a reboot erases it,
+			// and the OCI cache keeps its file.
+			recs[i].Programmed, recs[i].Bitstream, recs[i].SHA256, recs[i].LayerDigest = b.Programmed, b.Bitstream, b.SHA256, b.LayerDigest
+		}
 		if j := p.job; j != nil {
 			select {
 			case <-j.done:
