@@ -70,7 +70,8 @@ func Rebuild() PrepareOption {
 // Prepare prepares a holder's devices. It is idempotent: a completed
 // holder gets the same CDI devices again without reprogramming (unless the
 // node rebooted since), and calls for one holder racing each other get one
-// answer. A device another holder holds is refused with ErrDeviceHeld,
+// answer; a prepare without BeforeBinding that meets the holder's
+// programming before binding waits for it and then prepares. A device another holder holds is refused with ErrDeviceHeld,
 // whatever the scheduler decided; of racing prepares of different holders
 // for one device exactly one wins. When programming outlasts PrepareWait,
 // Prepare returns an error wrapping ErrInProgress and programming goes on;
@@ -83,18 +84,31 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	if o.supersede == nil {
 		o.supersede = func(types.UID) bool { return false }
 	}
-	op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
-	switch {
-	case err != nil:
-		return Outcome{}, err
-	case completed != nil && completed.Phase == PhaseProgrammed:
-		return Outcome{}, nil // programmed before binding already
-	case completed != nil:
-		return s.completed(h, completed, devs)
-	case plans != nil:
-		go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+	var before []Programming
+	for {
+		op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
+		switch {
+		case err != nil:
+			return Outcome{Programmed: before}, err
+		case completed != nil && completed.Phase == PhaseProgrammed:
+			return Outcome{}, nil // programmed before binding already
+		case completed != nil:
+			out, err := s.completed(h, completed, devs)
+			out.Programmed = before
+			return out, err
+		case plans != nil:
+			go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+		}
+		out, err := s.await(ctx, op)
+		out.Programmed = append(before, out.Programmed...)
+		if err != nil || !op.beforeBinding || o.beforeBinding {
+			return out, err
+		}
+		// The kubelet's prepare joined the programming before binding,
+		// which hands out no devices: now that it ended, prepare on
+		// its record.
+		before = out.Programmed
 	}
-	return s.await(ctx, op)
 }
 
 // decidePrepare is Prepare's critical section: it joins the holder's
