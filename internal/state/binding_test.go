@@ -178,3 +178,43 @@ func TestWaitIdle(t *testing.T) {
 		t.Fatalf("WaitIdle returned while the region carried %s, before the programming of %s ended", got, testnode.NewAFU)
 	}
 }
+
+// TestKubeletPrepareDuringProgrammingBeforeBinding: the kubelet's prepare
+// of a claim whose programming before binding is still running does not
+// take that programming's answer (no devices) for its own: it gets the
+// claim's devices and CDI IDs once the programming ended, and the region
+// is programmed once.
+func TestKubeletPrepareDuringProgrammingBeforeBinding(t *testing.T) {
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	a := holder("a")
+	reqs := request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingIfNeeded))
+	ctx := context.Background()
+	binder := make(chan error, 1)
+	go func() {
+		_, err := n.State.Prepare(ctx, a, reqs, devs, state.BeforeBinding())
+		binder <- err
+	}()
+	<-started
+	kubelet := make(chan state.Outcome, 1)
+	go func() { kubelet <- prepareUntilDone(t, n.State, a, reqs, devs) }()
+	close(gate)
+	if err := <-binder; err != nil {
+		t.Fatalf("prepare before binding: %v", err)
+	}
+	out := <-kubelet
+	if len(out.Devices) != 1 || len(out.Devices[0].CDIDeviceIDs) != 1 {
+		t.Fatalf("the kubelet's prepare during programming before binding answered %+v, want the device with its CDI ID", out)
+	}
+	if calls := sim.TotalCalls(); calls != 1 {
+		t.Fatalf("programmed %d times, want once", calls)
+	}
+	if rec, _ := n.State.Claim(a.UID); rec.Phase != state.PhaseCompleted {
+		t.Fatalf("record phase %s, want %s", rec.Phase, state.PhaseCompleted)
+	}
+	checkConsistent(t, n)
+}
