@@ -190,7 +190,15 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
 	if len(op.jobs) > 0 {
 		err := s.commit(func(cp *Checkpoint) {
-			cp.Claims[string(h.UID)] = s.record(h, PhaseStarted, plans)
+			// An earlier record of the holder (another allocation of
+			// the claim, programmed before binding) frees the devices
+			// the plans do not name.
+			s.dropRecord(h.UID)
+			rec := s.record(h, PhaseStarted, plans)
+			cp.Claims[string(h.UID)] = rec
+			for _, d := range rec.Devices {
+				s.holds[d.Device] = h.UID
+			}
 		})
 		if err != nil {
 			s.finish(op, Outcome{}, fmt.Errorf("record claim %s before programming: %w", h, err))
