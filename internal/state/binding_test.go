@@ -218,3 +218,24 @@ func TestKubeletPrepareDuringProgrammingBeforeBinding(t *testing.T) {
 	}
 	checkConsistent(t, n)
 }
+
+// TestProgrammedBeforeBindingAllocatedAgain: a claim allocated again,
+// another device, after its programming before binding (the scheduler gave
+// up on the first allocation) holds only its new device once that is
+// programmed: the first is free.
+func TestProgrammedBeforeBindingAllocatedAgain(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	devs := n.Devices(t)
+	dev0, dev1 := devs.Ports()[0].DeviceName(), devs.Ports()[1].DeviceName()
+	a := holder("a")
+	ctx := context.Background()
+	for _, dev := range []string{dev0, dev1} {
+		if _, err := n.State.Prepare(ctx, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingIfNeeded)), devs, state.BeforeBinding()); err != nil {
+			t.Fatalf("prepare %s before binding: %v", dev, err)
+		}
+	}
+	if holds := n.State.Holders(); len(holds) != 1 || holds[dev1] != a.UID {
+		t.Fatalf("holds %v, want only %s for %s", holds, dev1, a.UID)
+	}
+	checkConsistent(t, n)
+}
