@@ -123,22 +123,31 @@ func (b *Binder) sync(ctx context.Context, name cache.ObjectName) error {
 	if apierrors.IsNotFound(err) {
 		b.mu.Lock()
 		uid := b.seen[name]
-		delete(b.seen, name)
 		b.mu.Unlock()
-		return b.release(ctx, uid)
+		if err := b.release(ctx, uid); err != nil {
+			return err // retried: the UID is forgotten only once released
+		}
+		b.mu.Lock()
+		if b.seen[name] == uid {
+			delete(b.seen, name)
+		}
+		b.mu.Unlock()
+		return nil
 	}
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	prev := b.seen[name]
-	b.seen[name] = claim.UID
 	b.mu.Unlock()
 	if prev != "" && prev != claim.UID {
 		if err := b.release(ctx, prev); err != nil {
 			return err
 		}
 	}
+	b.mu.Lock()
+	b.seen[name] = claim.UID
+	b.mu.Unlock()
 	node, pending := claimroute.Node(claim, b.DriverName)
 	if !pending || node != b.NodeName {
 		return b.release(ctx, claim.UID)
@@ -172,6 +181,17 @@ func (b *Binder) settled(claim *resourceapi.ResourceClaim) bool {
 		}
 	}
 	return true
+}
+
+// waitsHere reports whether the claim, with its UID, still waits for
+// binding conditions on this node.
+func (b *Binder) waitsHere(claim *resourceapi.ResourceClaim) bool {
+	cur, err := b.lister.ResourceClaims(claim.Namespace).Get(claim.Name)
+	if err != nil || cur.UID != claim.UID {
+		return false
+	}
+	node, pending := claimroute.Node(cur, b.DriverName)
+	return pending && node == b.NodeName
 }
 
 // waiting lists the claim's devices on this node that wait for binding
@@ -222,6 +242,15 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	out, err := b.prepare(ctx, claim)
 	if errors.Is(err, state.ErrReleasing) || ctx.Err() != nil {
 		return // the claim went away meanwhile; sync releases it
+	}
+	if !b.waitsHere(claim) {
+		// The claim went away while it was being programmed, maybe
+		// before this programming recorded its hold: sync may have
+		// released it already.
+		if err := b.release(ctx, claim.UID); err != nil {
+			logger.Error(err, "Releasing a claim that went away while it was being programmed failed")
+		}
+		return
 	}
 	if err != nil {
 		logger.Error(err, "Programming before binding failed")
