@@ -60,6 +60,10 @@ type Binder struct {
 	seen map[cache.ObjectName]types.UID
 	// running are the claims being programmed.
 	running map[types.UID]bool
+	// superseded maps claims to the version the outcome was written over:
+	// the informer may still have that version for a moment, and it is
+	// no reason to program again.
+	superseded map[types.UID]string
 }
 
 // Run watches the node's claims and works on them until ctx ends.
@@ -68,6 +72,7 @@ func (b *Binder) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	b.seen = map[cache.ObjectName]types.UID{}
 	b.running = map[types.UID]bool{}
+	b.superseded = map[types.UID]string{}
 	b.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "binding"})
 	defer b.queue.ShutDown()
@@ -152,7 +157,10 @@ func (b *Binder) sync(ctx context.Context, name cache.ObjectName) error {
 	if !pending || node != b.NodeName {
 		return b.release(ctx, claim.UID)
 	}
-	if b.settled(claim) {
+	b.mu.Lock()
+	rv, written := b.superseded[claim.UID]
+	b.mu.Unlock()
+	if (written && rv == claim.ResourceVersion) || b.settled(claim) {
 		return nil
 	}
 	b.mu.Lock()
@@ -216,6 +224,9 @@ func (b *Binder) release(ctx context.Context, uid types.UID) error {
 	if uid == "" {
 		return nil
 	}
+	b.mu.Lock()
+	delete(b.superseded, uid)
+	b.mu.Unlock()
 	rec, ok := b.Claims.State.Claim(uid)
 	if ok && rec.Phase == state.PhaseCompleted {
 		return nil
@@ -264,6 +275,11 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	entries := b.outcome(claim, out, err)
 	for attempt := 0; ; attempt++ {
 		werr := applyDeviceStatus(ctx, b.Client, claim, b.DriverName, fieldManagerBinding, claim.ResourceVersion, entries)
+		if werr == nil {
+			b.mu.Lock()
+			b.superseded[claim.UID] = claim.ResourceVersion
+			b.mu.Unlock()
+		}
 		if werr == nil || !isConflict(werr) || attempt >= 10 {
 			if werr != nil {
 				logger.Error(werr, "Reporting the programming outcome failed; the scheduler's binding timeout ends the wait")
