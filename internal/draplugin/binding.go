@@ -205,12 +205,18 @@ func (b *Binder) waitsHere(claim *resourceapi.ResourceClaim) bool {
 // waiting lists the claim's devices on this node that wait for binding
 // conditions.
 func (b *Binder) waiting(claim *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
+	return bindingResults(claim, b.DriverName, b.NodeName)
+}
+
+// bindingResults lists the claim's devices of a driver's pool allocated
+// with binding conditions.
+func bindingResults(claim *resourceapi.ResourceClaim, driverName, pool string) []resourceapi.DeviceRequestAllocationResult {
 	var out []resourceapi.DeviceRequestAllocationResult
 	if claim.Status.Allocation == nil {
 		return nil
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == b.DriverName && r.Pool == b.NodeName && len(r.BindingConditions) > 0 {
+		if r.Driver == driverName && r.Pool == pool && len(r.BindingConditions) > 0 {
 			out = append(out, r)
 		}
 	}
