@@ -61,6 +61,10 @@ type Binder struct {
 	seen map[cache.ObjectName]types.UID
 	// running are the claims being programmed.
 	running map[types.UID]bool
+	// superseded maps claims to the version the outcome was written over:
+	// the informer may still have that version for a moment, and it is
+	// no reason to program again.
+	superseded map[types.UID]string
 }
 
 // Run watches the node's claims and works on them until ctx ends.
@@ -69,6 +73,7 @@ func (b *Binder) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	b.seen = map[cache.ObjectName]types.UID{}
 	b.running = map[types.UID]bool{}
+	b.superseded = map[types.UID]string{}
 	b.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "binding"})
 	defer b.queue.ShutDown()
@@ -112,27 +117,39 @@ func (b *Binder) sync(ctx context.Context, name cache.ObjectName) error {
 	if apierrors.IsNotFound(err) {
 		b.mu.Lock()
 		uid := b.seen[name]
-		delete(b.seen, name)
 		b.mu.Unlock()
-		return b.release(ctx, uid)
+		if err := b.release(ctx, uid); err != nil {
+			return err // retried: the UID is forgotten only once released
+		}
+		b.mu.Lock()
+		if b.seen[name] == uid {
+			delete(b.seen, name)
+		}
+		b.mu.Unlock()
+		return nil
 	}
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	prev := b.seen[name]
-	b.seen[name] = claim.UID
 	b.mu.Unlock()
 	if prev != "" && prev != claim.UID {
 		if err := b.release(ctx, prev); err != nil {
 			return err
 		}
 	}
+	b.mu.Lock()
+	b.seen[name] = claim.UID
+	b.mu.Unlock()
 	node, pending := claimroute.Node(claim, b.DriverName)
 	if !pending || node != b.NodeName {
 		return b.release(ctx, claim.UID)
 	}
-	if b.settled(claim) {
+	b.mu.Lock()
+	rv, written := b.superseded[claim.UID]
+	b.mu.Unlock()
+	if (written && rv == claim.ResourceVersion) || b.settled(claim) {
 		return nil
 	}
 	b.mu.Lock()
@@ -163,15 +180,32 @@ func (b *Binder) settled(claim *resourceapi.ResourceClaim) bool {
 	return true
 }
 
+// waitsHere reports whether the claim, with its UID, still waits for
+// binding conditions on this node.
+func (b *Binder) waitsHere(claim *resourceapi.ResourceClaim) bool {
+	cur, err := b.lister.ResourceClaims(claim.Namespace).Get(claim.Name)
+	if err != nil || cur.UID != claim.UID {
+		return false
+	}
+	node, pending := claimroute.Node(cur, b.DriverName)
+	return pending && node == b.NodeName
+}
+
 // waiting lists the claim's devices on this node that wait for binding
 // conditions.
 func (b *Binder) waiting(claim *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
+	return bindingResults(claim, b.DriverName, b.NodeName)
+}
+
+// bindingResults lists the claim's devices of a driver's pool allocated
+// with binding conditions.
+func bindingResults(claim *resourceapi.ResourceClaim, driverName, pool string) []resourceapi.DeviceRequestAllocationResult {
 	var out []resourceapi.DeviceRequestAllocationResult
 	if claim.Status.Allocation == nil {
 		return nil
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == b.DriverName && r.Pool == b.NodeName && len(r.BindingConditions) > 0 {
+		if r.Driver == driverName && r.Pool == pool && len(r.BindingConditions) > 0 {
 			out = append(out, r)
 		}
 	}
@@ -185,6 +219,9 @@ func (b *Binder) release(ctx context.Context, uid types.UID) error {
 	if uid == "" {
 		return nil
 	}
+	b.mu.Lock()
+	delete(b.superseded, uid)
+	b.mu.Unlock()
 	rec, ok := b.Claims.State.Claim(uid)
 	if ok && rec.Phase == state.PhaseCompleted {
 		return nil
@@ -219,6 +256,15 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if errors.Is(err, state.ErrReleasing) || ctx.Err() != nil {
 		return // the claim went away meanwhile; sync releases it
 	}
+	if !b.waitsHere(claim) {
+		// The claim went away while it was being programmed, maybe
+		// before this programming recorded its hold: sync may have
+		// released it already.
+		if err := b.release(ctx, claim.UID); err != nil {
+			logger.Error(err, "Releasing a claim that went away while it was being programmed failed")
+		}
+		return
+	}
 	if err != nil {
 		logger.Error(err, "Programming before binding failed")
 		b.Claims.event(claim, v1.EventTypeWarning, "ProgrammingFailed", "Program", "Programming before binding failed: %v", err)
@@ -231,6 +277,11 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	entries := b.outcome(claim, out, err)
 	for attempt := 0; ; attempt++ {
 		werr = applyDeviceStatus(ctx, b.Client, claim, b.DriverName, fieldManagerBinding, claim.ResourceVersion, entries)
+		if werr == nil {
+			b.mu.Lock()
+			b.superseded[claim.UID] = claim.ResourceVersion
+			b.mu.Unlock()
+		}
 		if werr == nil || !isConflict(werr) || attempt >= 10 {
 			if werr != nil {
 				logger.Error(werr, "Reporting the programming outcome failed; retrying with backoff (the scheduler gives up at its binding timeout)")

@@ -147,13 +147,19 @@ func (c *Claims) writeReady(ctx context.Context, claim *resourceapi.ResourceClai
 		return
 	}
 	rec, _ := c.State.Claim(claim.UID)
+	bound := bindingResults(claim, c.DriverName, c.PoolName)
 	var entries []deviceStatus
 	for _, d := range out.Devices {
-		entries = append(entries, deviceStatus{
+		e := deviceStatus{
 			pool: c.PoolName, device: d.Device,
 			conditions: []metav1.Condition{condition(ConditionReady, metav1.ConditionTrue, "Prepared", "the device is prepared for the claim's containers")},
-			data:       deviceData(rec, d.Device, devs),
-		})
+		}
+		// A device programmed before binding has the binding worker's
+		// data, with how long programming took and when; it stays.
+		if !slices.ContainsFunc(bound, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.Device }) {
+			e.data = deviceData(rec, d.Device, devs)
+		}
+		entries = append(entries, e)
 	}
 	if err := applyDeviceStatus(ctx, c.Client, claim, c.DriverName, fieldManagerPrepare, "", entries); err != nil {
 		klog.FromContext(ctx).Error(err, "Reporting the prepared devices in the claim's status failed")

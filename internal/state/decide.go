@@ -128,6 +128,9 @@ type plan struct {
 	port *discovery.Port
 	devicePlan
 	job *job
+	// before is the device's record from the prepare before binding
+	// whose load the plan keeps instead of programming (nil otherwise).
+	before *DeviceRecord
 }
 
 // facts gathers the decision's input for one device of holder h. Caller

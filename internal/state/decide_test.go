@@ -10,7 +10,8 @@ import (
 )
 
 // TestDecideDevice is the decision policy as a table: programming mode x
-// what is loaded x digest pin x reboot x programmable x held.
+// what is loaded x digest pin x reboot x programmed before binding x
+// programmable x held.
 func TestDecideDevice(t *testing.T) {
 	const (
 		ifID  = "69528db6eb31577a8c3668f9faa081f6"
@@ -75,6 +76,13 @@ func TestDecideDevice(t *testing.T) {
 			f.ProgrammedBefore = true
 			f.Programmable = false
 		}), err: ErrNotProgrammable},
+
+		{name: "Always, programmed for the holder before binding", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.ProgrammedForBinding = true }), afu: afuA},
+		{name: "IfNeeded, programmed before binding from the pinned file", cfg: cfg(v1alpha1.ProgrammingIfNeeded, shaX), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.ProgrammedForBinding = true }), afu: afuA},
+		{name: "programmed before binding, node forbids programming since", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.ProgrammedForBinding = true; f.Programmable = false }), afu: afuA},
+		{name: "programmed before binding, another AFU loaded since", cfg: cfg(v1alpha1.ProgrammingIfNeeded, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB; f.ProgrammedForBinding = true }), program: true, afu: afuA},
+		{name: "programmed before binding, interface mismatch still refused", cfg: &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: "11111111111111111111111111111111"}, facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.ProgrammedForBinding = true }), err: program.ErrInterfaceMismatch},
+		{name: "programmed before binding, held by another holder", cfg: cfg(v1alpha1.ProgrammingAlways, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.ProgrammedForBinding = true; f.HeldBy = other }), err: ErrDeviceHeld},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decideDevice(tc.cfg, tc.facts)

@@ -70,7 +70,8 @@ func Rebuild() PrepareOption {
 // Prepare prepares a holder's devices. It is idempotent: a completed
 // holder gets the same CDI devices again without reprogramming (unless the
 // node rebooted since), and calls for one holder racing each other get one
-// answer. A device another holder holds is refused with ErrDeviceHeld,
+// answer; a prepare without BeforeBinding that meets the holder's
+// programming before binding waits for it and then prepares. A device another holder holds is refused with ErrDeviceHeld,
 // whatever the scheduler decided; of racing prepares of different holders
 // for one device exactly one wins. When programming outlasts PrepareWait,
 // Prepare returns an error wrapping ErrInProgress and programming goes on;
@@ -83,18 +84,31 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	if o.supersede == nil {
 		o.supersede = func(types.UID) bool { return false }
 	}
-	op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
-	switch {
-	case err != nil:
-		return Outcome{}, err
-	case completed != nil && completed.Phase == PhaseProgrammed:
-		return Outcome{}, nil // programmed before binding already
-	case completed != nil:
-		return s.completed(h, completed, devs)
-	case plans != nil:
-		go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+	var before []Programming
+	for {
+		op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
+		switch {
+		case err != nil:
+			return Outcome{Programmed: before}, err
+		case completed != nil && completed.Phase == PhaseProgrammed:
+			return Outcome{}, nil // programmed before binding already
+		case completed != nil:
+			out, err := s.completed(h, completed, devs)
+			out.Programmed = before
+			return out, err
+		case plans != nil:
+			go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+		}
+		out, err := s.await(ctx, op)
+		out.Programmed = append(before, out.Programmed...)
+		if err != nil || !op.beforeBinding || o.beforeBinding {
+			return out, err
+		}
+		// The kubelet's prepare joined the programming before binding,
+		// which hands out no devices: now that it ended, prepare on
+		// its record.
+		before = out.Programmed
 	}
-	return s.await(ctx, op)
 }
 
 // decidePrepare is Prepare's critical section: it joins the holder's
@@ -136,11 +150,18 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		if !ok {
 			return nil, nil, nil, nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
 		}
-		p, err := decideDevice(r.Config, s.facts(h.UID, r.Device, card, port, rec, may))
+		f := s.facts(h.UID, r.Device, card, port, rec, may)
+		p, err := decideDevice(r.Config, f)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
-		plans = append(plans, &plan{req: r, card: card, port: port, devicePlan: p})
+		pl := &plan{req: r, card: card, port: port, devicePlan: p}
+		if f.ProgrammedForBinding && !p.Program {
+			i := slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == r.Device })
+			before := rec.Devices[i]
+			pl.before = &before
+		}
+		plans = append(plans, pl)
 	}
 	jobCtx, cancel := context.WithCancelCause(s.ctx)
 	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding}
@@ -169,7 +190,15 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
 	if len(op.jobs) > 0 {
 		err := s.commit(func(cp *Checkpoint) {
-			cp.Claims[string(h.UID)] = s.record(h, PhaseStarted, plans)
+			// An earlier record of the holder (another allocation of
+			// the claim, programmed before binding) frees the devices
+			// the plans do not name.
+			s.dropRecord(h.UID)
+			rec := s.record(h, PhaseStarted, plans)
+			cp.Claims[string(h.UID)] = rec
+			for _, d := range rec.Devices {
+				s.holds[d.Device] = h.UID
+			}
 		})
 		if err != nil {
 			s.finish(op, Outcome{}, fmt.Errorf("record claim %s before programming: %w", h, err))
@@ -380,6 +409,11 @@ func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 	recs := make([]DeviceRecord, len(plans))
 	for i, p := range plans {
 		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program}
+		if b := p.before; b != nil {
+			// Loaded for the holder before binding: a reboot erases it,
+			// and the OCI cache keeps its file.
+			recs[i].Programmed, recs[i].Bitstream, recs[i].SHA256, recs[i].LayerDigest = b.Programmed, b.Bitstream, b.SHA256, b.LayerDigest
+		}
 		if j := p.job; j != nil {
 			select {
 			case <-j.done:
