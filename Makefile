@@ -89,11 +89,12 @@ demo-down:
 
 # End-to-end tests against a real local cluster (run by .ci/run after
 # `make test`), with the driver and controller installed from the Helm chart
-# from the image `make images` builds. One package at a time (-p 1): a
-# node's cgroups and device-plugin directory are the host's.
+# from the image `make images` builds, and real CNCF Distribution registries
+# for bitstreams from OCI registries. One package at a time (-p 1): a node's
+# cgroups and device-plugin directory are the host's.
 e2e: images
-	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
-	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
+	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
 
 # Karpenter core with the kwok provider and FPGA instance types
 # (test/e2e/autoscale/provider, its own module, built with Go 1.27.3 fetched
