@@ -77,12 +77,14 @@ cluster-binaries:
 	hack/e2e/build-cluster-binaries.sh
 
 # The main job on an embedded default: a real local cluster, the driver on a
-# simulated FPGA node, a workload whose claim programs a region, and what the
-# container sees. The cluster stays up; `make demo-down` ends it.
+# simulated FPGA node, a local OCI registry (the CNCF Distribution registry)
+# holding the sample bitstream, a workload whose claim names it by digest and
+# programs a region, and what the container sees. The cluster stays up;
+# `make demo-down` ends it.
 DEMO_DIR ?= /tmp/fdra-demo
 demo: images
-	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
-	$(GO) run ./test/e2e/demo up --bin "$$bin" --dir $(DEMO_DIR)
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
+	$(GO) run ./test/e2e/demo up --bin "$$bin" --registry "$$reg" --dir $(DEMO_DIR)
 
 demo-down:
 	$(GO) run ./test/e2e/demo down --dir $(DEMO_DIR)
