@@ -77,23 +77,26 @@ cluster-binaries:
 	hack/e2e/build-cluster-binaries.sh
 
 # The main job on an embedded default: a real local cluster, the driver on a
-# simulated FPGA node, a workload whose claim programs a region, and what the
-# container sees. The cluster stays up; `make demo-down` ends it.
+# simulated FPGA node, a local OCI registry (the CNCF Distribution registry)
+# holding the sample bitstream, a workload whose claim names it by digest and
+# programs a region, and what the container sees. The cluster stays up;
+# `make demo-down` ends it.
 DEMO_DIR ?= /tmp/fdra-demo
 demo: images
-	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
-	$(GO) run ./test/e2e/demo up --bin "$$bin" --dir $(DEMO_DIR)
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
+	$(GO) run ./test/e2e/demo up --bin "$$bin" --registry "$$reg" --dir $(DEMO_DIR)
 
 demo-down:
 	$(GO) run ./test/e2e/demo down --dir $(DEMO_DIR)
 
 # End-to-end tests against a real local cluster (run by .ci/run after
 # `make test`), with the driver and controller installed from the Helm chart
-# from the image `make images` builds. One package at a time (-p 1): a
-# node's cgroups and device-plugin directory are the host's.
+# from the image `make images` builds, and real CNCF Distribution registries
+# for bitstreams from OCI registries. One package at a time (-p 1): a node's
+# cgroups and device-plugin directory are the host's.
 e2e: images
-	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && \
-	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
+	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
 
 # Karpenter core with the kwok provider and FPGA instance types
 # (test/e2e/autoscale/provider, its own module, built with Go 1.27.3 fetched

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,9 +30,11 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 // strict decodes every kind of the Kubernetes API, CRDs and this project's
@@ -180,6 +183,7 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 			t.Errorf("DaemonSet host paths %v lack %s", hostPaths, want)
 		}
 	}
+	checkBitstreamCache(t, ds)
 	nodeSA := ds.Spec.Template.Spec.ServiceAccountName
 
 	// Each node's driver writes only its own ResourceSlices.
@@ -285,6 +289,46 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 	}
 	if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 100 {
 		t.Errorf("DaemonSet terminationGracePeriodSeconds %v, want above the daemon's shutdown wait (100s)", g)
+	}
+}
+
+// checkBitstreamCache checks that the daemon's OCI bitstream cache is the
+// host directory the chart creates, mounted read-write where the daemon's
+// cache flag points, and that the cache's settings reach the daemon through
+// the environment twins it reads.
+func checkBitstreamCache(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	node := ds.Spec.Template.Spec.Containers[0]
+	twin := func(flag string) string {
+		e, ok := env(node, oci.EnvTwins[flag])
+		if !ok {
+			t.Errorf("the node daemon has no $%s (--%s)", oci.EnvTwins[flag], flag)
+		}
+		return e.Value
+	}
+	dir := twin(oci.FlagCacheDir)
+	var opts oci.PullerOptions
+	fs := pflag.NewFlagSet("daemon", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	for _, flag := range []string{oci.FlagCacheSize, oci.FlagMaxLayerSize} {
+		if err := fs.Set(flag, twin(flag)); err != nil {
+			t.Errorf("$%s: %v", oci.EnvTwins[flag], err)
+		}
+	}
+	m := slices.IndexFunc(node.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir })
+	if m < 0 || node.VolumeMounts[m].ReadOnly {
+		t.Fatalf("$%s=%s is not a read-write mount of the node daemon: %+v", oci.EnvTwins[oci.FlagCacheDir], dir, node.VolumeMounts)
+	}
+	v := slices.IndexFunc(ds.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == node.VolumeMounts[m].Name })
+	if v < 0 || ds.Spec.Template.Spec.Volumes[v].HostPath == nil || ds.Spec.Template.Spec.Volumes[v].HostPath.Path != "/var/lib/fpga-dra-driver/oci-cache" ||
+		ptr.Deref(ds.Spec.Template.Spec.Volumes[v].HostPath.Type, "") != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("the bitstream cache %s is not the host directory /var/lib/fpga-dra-driver/oci-cache (DirectoryOrCreate): %+v", dir, ds.Spec.Template.Spec.Volumes)
+	}
+	// Registry access is opt-in: by default anonymous, HTTPS with the system CAs.
+	for _, flag := range []string{oci.FlagRegistryConfig, oci.FlagRegistryCAFile, oci.FlagInsecureRegistries} {
+		if e, ok := env(node, oci.EnvTwins[flag]); ok {
+			t.Errorf("by default the node daemon gets $%s=%q", e.Name, e.Value)
+		}
 	}
 }
 

@@ -41,14 +41,6 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 		}
 		t.Cleanup(func() { ctrl.Stop(10 * time.Second) })
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", cluster.AdminKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	af := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "AcceleratorFunction",
 		"metadata": map[string]any{"name": "nlb0"},
@@ -57,7 +49,7 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 			"description": "e2e: loaded on cards 1, 3 (and a hot-plugged 5)",
 		},
 	}}
-	afs := dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource("acceleratorfunctions"))
+	afs := acceleratorFunctions(t)
 	if _, err := afs.Create(ctx, af, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +152,20 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 	})
 }
 
+// acceleratorFunctions is a client of the cluster's AcceleratorFunctions.
+func acceleratorFunctions(t *testing.T) dynamic.ResourceInterface {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", cluster.AdminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource("acceleratorfunctions"))
+}
+
 // Test9Webhook: the API server calls the controller's validating webhook
 // for claims that configure this driver; a bad FpgaConfig is refused at
 // creation with its field path, a good one and other drivers' claims pass.
@@ -168,6 +174,33 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 // Service.
 func Test9Webhook(t *testing.T) {
 	requireCluster(t)
+	startWebhook(t)
+	ns := namespace(t, "e2e-webhook")
+	claim := func(name, driver, params string) error { return createConfiguredClaim(ns, name, driver, params) }
+	if err := claim("bad", driverName, badAFUConfig); err == nil || !strings.Contains(err.Error(), "spec.devices.config[0].opaque.parameters.afuID") {
+		t.Fatalf("refusal %v does not name the field path", err)
+	}
+	if err := claim("unknown-field", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"`+simnode.SampleAFUID+`","programing":"Always"}`); err == nil || !strings.Contains(err.Error(), "programing") {
+		t.Fatalf("a misspelt field: %v, want a refusal naming it", err)
+	}
+	if err := claim("good", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"`+simnode.SampleAFUID+`"}`); err != nil {
+		t.Fatalf("a valid config was refused: %v", err)
+	}
+	if err := claim("other-driver", "gpu.example.com", `{"whatever":true}`); err != nil {
+		t.Fatalf("another driver's claim was refused: %v", err)
+	}
+}
+
+// badAFUConfig is an FpgaConfig the webhook denies.
+const badAFUConfig = `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"not-an-id"}`
+
+// startWebhook runs fpga-dra-controller with its validating webhook as a
+// host process and registers the webhook with the API server for
+// ResourceClaims that configure this driver, both until the test ends. It
+// returns once the API server denies a bad config: from then on every
+// claim passes the webhook.
+func startWebhook(t *testing.T) {
+	t.Helper()
 	ctx := context.Background()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
@@ -224,37 +257,29 @@ func Test9Webhook(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), cfg.Name, metav1.DeleteOptions{})
 	})
-
-	ns := namespace(t, "e2e-webhook")
-	claim := func(name, driver, params string) error {
-		c := &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-				Requests: []resourceapi.DeviceRequest{{Name: "fpga", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "fpga.dra.dev"}}},
-				Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-					Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}},
-				}}},
-			}},
-		}
-		_, err := cluster.Client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
-		return err
-	}
-	// The webhook may need a moment before the API server reaches it.
-	var err1 error
+	// The API server takes the configuration up after a moment; until
+	// then claims pass unchecked (a probe that passed is deleted).
 	eventually(t, "the API server consults the webhook", 30*time.Second, func() bool {
-		err1 = claim("bad", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"not-an-id"}`)
-		return err1 != nil && strings.Contains(err1.Error(), "denied")
+		err := createConfiguredClaim(metav1.NamespaceDefault, "e2e-webhook-probe", driverName, badAFUConfig)
+		if err == nil {
+			_ = cluster.Client.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Delete(ctx, "e2e-webhook-probe", metav1.DeleteOptions{})
+		}
+		return err != nil && strings.Contains(err.Error(), "denied")
 	})
-	if !strings.Contains(err1.Error(), "spec.devices.config[0].opaque.parameters.afuID") {
-		t.Fatalf("refusal %q does not name the field path", err1)
+}
+
+// createConfiguredClaim creates a ResourceClaim in ns asking for one device
+// of the base class, with an opaque config for driver.
+func createConfiguredClaim(ns, name, driver, params string) error {
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "fpga", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "fpga.dra.dev"}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}},
+			}}},
+		}},
 	}
-	if err := claim("unknown-field", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"`+simnode.SampleAFUID+`","programing":"Always"}`); err == nil || !strings.Contains(err.Error(), "programing") {
-		t.Fatalf("a misspelt field: %v, want a refusal naming it", err)
-	}
-	if err := claim("good", driverName, `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":"`+simnode.SampleAFUID+`"}`); err != nil {
-		t.Fatalf("a valid config was refused: %v", err)
-	}
-	if err := claim("other-driver", "gpu.example.com", `{"whatever":true}`); err != nil {
-		t.Fatalf("another driver's claim was refused: %v", err)
-	}
+	_, err := cluster.Client.ResourceV1().ResourceClaims(ns).Create(context.Background(), c, metav1.CreateOptions{})
+	return err
 }

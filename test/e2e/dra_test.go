@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -305,17 +306,23 @@ func Test4CompetingPods(t *testing.T) {
 // programmedEvents counts Programmed events on a claim.
 func programmedEvents(t *testing.T, claim *resourceapi.ResourceClaim) int {
 	t.Helper()
+	return len(claimEvents(t, claim, func(e eventsv1.Event) bool { return e.Reason == "Programmed" }))
+}
+
+// claimEvents returns the notes of the events about claim that match.
+func claimEvents(t *testing.T, claim *resourceapi.ResourceClaim, match func(eventsv1.Event) bool) []string {
+	t.Helper()
 	list, err := cluster.Client.EventsV1().Events(claim.Namespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var notes []string
 	for _, e := range list.Items {
-		if e.Regarding.UID == claim.UID && e.Reason == "Programmed" {
-			n++
+		if e.Regarding.UID == claim.UID && match(e) {
+			notes = append(notes, e.Note)
 		}
 	}
-	return n
+	return notes
 }
 
 func Test5Restarts(t *testing.T) {

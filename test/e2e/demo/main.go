@@ -1,9 +1,11 @@
 // Command demo runs the README's first command: a real local Kubernetes
-// cluster with the FPGA DRA driver on a simulated FPGA node, a workload that
-// asks for an accelerator function that must first be programmed, and what
-// each step produced. The cluster stays up; "demo down" ends it.
+// cluster with the FPGA DRA driver on a simulated FPGA node, a local OCI
+// registry holding the sample bitstream, a workload that asks for an
+// accelerator function that must first be programmed from that registry,
+// and what each step produced. The cluster and the registry stay up; "demo
+// down" ends them.
 //
-//	go run ./test/e2e/demo up --bin DIR [--dir /tmp/fdra-demo]
+//	go run ./test/e2e/demo up --bin DIR --registry FILE [--dir /tmp/fdra-demo]
 //	go run ./test/e2e/demo down [--dir /tmp/fdra-demo]
 package main
 
@@ -14,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -27,22 +30,24 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demo up --bin DIR [--dir DIR] | demo down [--dir DIR]")
+		fmt.Fprintln(os.Stderr, "usage: demo up --bin DIR --registry FILE [--dir DIR] | demo down [--dir DIR]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	dir := fs.String("dir", "/tmp/fdra-demo", "run directory (kept short: unix socket paths are limited)")
 	bin := fs.String("bin", "", "directory with the cluster binaries (hack/e2e/build-cluster-binaries.sh prints it)")
+	registry := fs.String("registry", "", "the CNCF Distribution registry binary (hack/e2e/build-registry.sh prints it)")
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *bin)
+		err = up(*dir, *bin, *registry)
 	case "down":
 		err = localcluster.DownRecorded(*dir)
 		if err == nil {
@@ -61,9 +66,12 @@ func step(n int, format string, args ...any) {
 	fmt.Printf("\n==> %d. %s\n", n, fmt.Sprintf(format, args...))
 }
 
-func up(dir, bin string) error {
+func up(dir, bin, registryBin string) error {
 	if bin == "" {
 		return errors.New("--bin is required: the directory hack/e2e/build-cluster-binaries.sh printed")
+	}
+	if registryBin == "" {
+		return errors.New("--registry is required: the registry binary hack/e2e/build-registry.sh printed")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pids")); err == nil {
 		return fmt.Errorf("a demo cluster already runs in %s: `make demo-down` first", dir)
@@ -86,23 +94,38 @@ func up(dir, bin string) error {
 	if err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
 	}
+	step(2, "Starting a local OCI registry (CNCF Distribution) and pushing the sample bitstream with the admin CLI")
+	host, err := c.StartRegistry(ctx, registryBin)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+	}
+	sample, err := pushSample(ctx, n, host, filepath.Join(dir, "push"))
+	if err != nil {
+		return err
+	}
+	// The registry speaks plain HTTP, which the node allows only for
+	// registries it lists.
+	n.UseRegistry(localcluster.RegistryAccess{Insecure: []string{host}})
 	if archive, ref, ok := localcluster.ChartImage(repo); ok {
-		step(2, "Installing fpga-dra-driver from its Helm chart (%s): the node daemon on a simulated node of 4 DFL cards with simulated partial reconfiguration, and the controller", ref)
+		step(3, "Installing fpga-dra-driver from its Helm chart (%s): the node daemon on a simulated node of 4 DFL cards with simulated partial reconfiguration, allowed plain HTTP to %s, and the controller", ref, host)
 		n.Stop()
 		n.UseChart(archive, ref)
 		if err := n.Start(ctx); err != nil {
 			return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
 		}
 	} else {
-		step(2, "fpga-dra-driver runs as a host process on a simulated node of 4 DFL cards (no image: `make images` for the Helm chart)")
+		step(3, "fpga-dra-driver runs as a host process on a simulated node of 4 DFL cards, allowed plain HTTP to %s (no image: `make images` for the Helm chart)", host)
+		if err := n.Reconfigure(ctx); err != nil {
+			return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+		}
 	}
-	step(3, "The ResourceSlice the driver published (one device per FPGA port)")
+	step(4, "The ResourceSlice the driver published (one device per FPGA port)")
 	if err := printSlice(ctx, c); err != nil {
 		return err
 	}
 
-	step(4, "A DeviceClass for FPGA regions with interface %s, and a workload whose claim asks for AFU %s (loaded nowhere yet)", simnode.DefaultInterfaceID, simnode.SampleAFUID)
-	if err := applyWorkload(ctx, c); err != nil {
+	step(5, "A DeviceClass for FPGA regions with interface %s, and a workload whose claim asks for AFU %s (loaded nowhere yet) from the registry, pinned by digest", simnode.DefaultInterfaceID, simnode.SampleAFUID)
+	if err := applyWorkload(ctx, c, sample.ref); err != nil {
 		return err
 	}
 	pod, err := c.WaitPodRunning(ctx, "demo", "accelerated", 120*time.Second)
@@ -113,9 +136,9 @@ func up(dir, bin string) error {
 	if err != nil {
 		return err
 	}
-	step(5, "The scheduler allocated claim %s: device %s (pool %s)", claim.Name, device, c.NodeName)
+	step(6, "The scheduler allocated claim %s: device %s (pool %s)", claim.Name, device, c.NodeName)
 
-	step(6, "The driver programmed the region before the container started")
+	step(7, "The driver pulled the bitstream, verified it and programmed the region before the container started")
 	events, err := c.Client.EventsV1().Events("demo").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -126,8 +149,11 @@ func up(dir, bin string) error {
 		}
 	}
 	fmt.Printf("    slice now says %s has afuID %s\n", device, waitSliceAFU(ctx, c, device, simnode.SampleAFUID))
+	if _, err := os.Stat(filepath.Join(n.CacheDir, "blobs", sample.layer)); err == nil {
+		fmt.Printf("    the node keeps it in its cache for the next claims: %s\n", filepath.Join(n.CacheDir, "blobs", sample.layer))
+	}
 
-	step(7, "What the container sees (printed by the container itself)")
+	step(8, "What the container sees (printed by the container itself)")
 	view, err := c.ReadProbe(ctx, pod, "probe", 30*time.Second)
 	if err != nil {
 		return err
@@ -150,6 +176,7 @@ func up(dir, bin string) error {
 	}
 
 	fmt.Printf("\nThe cluster stays up. Try:\n    export KUBECONFIG=%s; %s get resourceslices,resourceclaims,pods -A\n", c.AdminKubeconfig, filepath.Join(bin, "kubectl"))
+	fmt.Printf("    %s bitstream inspect --insecure-registries %s %s\n", n.Bin, host, sample.ref)
 	fmt.Println("End it with: make demo-down")
 	return nil
 }
@@ -174,10 +201,50 @@ func printSlice(ctx context.Context, c *localcluster.Cluster) error {
 	return nil
 }
 
-func applyWorkload(ctx context.Context, c *localcluster.Cluster) error {
+// pushed is what the admin CLI reported about the sample bitstream.
+type pushed struct {
+	// ref is the reference pinned by the manifest's digest.
+	ref string
+	// layer is the layer's digest path below a cache's blobs directory
+	// (sha256/<hex>).
+	layer string
+}
+
+// pushSample writes the sample bitstream (the function SampleAFUID for the
+// simulated region) into dir and pushes it to the registry at host with
+// `fpga-dra-driver bitstream push`, showing the command and what it printed.
+func pushSample(ctx context.Context, n *localcluster.FPGANode, host, dir string) (pushed, error) {
+	files, err := program.WriteSimRepository(dir, simnode.DefaultInterfaceID, []string{simnode.SampleAFUID})
+	if err != nil {
+		return pushed{}, err
+	}
+	args := []string{"bitstream", "push", "--insecure-registries", host, files[0], host + "/fpga/sample-accelerator:v1"}
+	fmt.Printf("    $ fpga-dra-driver %s\n", strings.Join(args, " "))
+	out, err := exec.CommandContext(ctx, n.Bin, args...).CombinedOutput()
+	if err != nil {
+		return pushed{}, fmt.Errorf("bitstream push: %w: %s", err, out)
+	}
+	var p pushed
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fmt.Printf("    %s\n", line)
+		if v, ok := strings.CutPrefix(line, "REFERENCE "); ok {
+			p.ref = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "LAYER DIGEST "); ok {
+			p.layer = strings.Replace(strings.TrimSpace(v), ":", "/", 1)
+		}
+	}
+	if p.ref == "" || p.layer == "" {
+		return pushed{}, fmt.Errorf("bitstream push printed no REFERENCE and LAYER DIGEST: %s", out)
+	}
+	return p, nil
+}
+
+func applyWorkload(ctx context.Context, c *localcluster.Cluster, bitstreamRef string) error {
 	cfg, err := json.Marshal(v1alpha1.FpgaConfig{
-		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.FpgaConfigKind},
-		AFUID:    simnode.SampleAFUID,
+		TypeMeta:     metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: v1alpha1.FpgaConfigKind},
+		AFUID:        simnode.SampleAFUID,
+		BitstreamRef: bitstreamRef,
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,9 @@ const ChartNamespace = "fpga-dra-driver"
 type Chart struct {
 	c        *Cluster
 	rendered string
+	// values is the file of the values for this cluster; the registry
+	// access and the bitstream cache are rendered on top of them.
+	values string
 }
 
 // HookDir is the host directory the chart installs the region programming
@@ -78,48 +81,91 @@ controller:
     enabled: false
   extraEnv:%s
 `, repo, tag, c.KubeletRoot, c.CDIDir, filepath.Join(n.Root, "srv/fpga/bitstreams"), ports[0], ports[1], c.HookDir(), n.Root, env, n.uevents, ports[2], env)
-	valuesFile := filepath.Join(c.Dir, "chart-values.yaml")
-	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+	ch := &Chart{c: c, rendered: filepath.Join(c.Dir, "chart-rendered.yaml"), values: filepath.Join(c.Dir, "chart-values.yaml")}
+	if err := os.WriteFile(ch.values, []byte(values), 0o644); err != nil {
 		return nil, err
 	}
-	helm := exec.CommandContext(ctx, filepath.Join(c.cfg.Repo, "hack/helm.sh"), "template", "fpga-dra-driver",
-		filepath.Join(c.cfg.Repo, "deployments/helm/fpga-dra-driver"), "--namespace", ChartNamespace, "--include-crds", "--kube-version", "1.37.1", "-f", valuesFile)
-	helm.Dir = c.cfg.Repo
-	var stderr strings.Builder
-	helm.Stderr = &stderr
-	out, err := helm.Output()
-	if err != nil {
-		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
-	}
-	ch := &Chart{c: c, rendered: filepath.Join(c.Dir, "chart-rendered.yaml")}
-	if err := os.WriteFile(ch.rendered, out, 0o644); err != nil {
+	if err := ch.apply(ctx, n); err != nil {
 		return nil, err
 	}
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ChartNamespace}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		return nil, err
-	}
-	if err := c.kubectl(ctx, "apply", "--server-side", "-f", ch.rendered); err != nil {
-		return nil, err
-	}
-	// The daemon's pod registered with the kubelet (its control socket is
-	// on the host, below the kubelet's directory) and published.
-	ctl := control.NewClient(filepath.Join(c.KubeletRoot, "plugins", DriverName, "control.sock"))
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		list, err := ctl.List(ctx)
-		if err == nil && list.Registered != nil && *list.Registered {
-			break
-		}
-		if time.Now().After(deadline) {
-			return ch, fmt.Errorf("the chart's driver pod did not register within 120s (%v); pods: %s", err, c.podSummary(ctx, ChartNamespace))
-		}
-		time.Sleep(250 * time.Millisecond) // polling another process
+	if err := ch.waitRegistered(ctx); err != nil {
+		return ch, err
 	}
 	// The init container put the region programming hook on the host.
 	if fi, err := os.Stat(filepath.Join(c.HookDir(), "fpga-dra-driver")); err != nil || fi.Mode().Perm()&0o111 == 0 {
 		return ch, fmt.Errorf("the chart's install-hook init container left no executable hook in %s (%v)", c.HookDir(), err)
 	}
 	return ch, nil
+}
+
+// apply renders the chart with the cluster's values and n's registry
+// access, creates the namespace and the registry Secrets, and
+// applies the rendering.
+func (ch *Chart) apply(ctx context.Context, n *FPGANode) error {
+	c := ch.c
+	registry, err := n.registryValues()
+	if err != nil {
+		return err
+	}
+	registryFile := filepath.Join(c.Dir, "chart-values-registry.yaml")
+	if err := os.WriteFile(registryFile, []byte(registry), 0o644); err != nil {
+		return err
+	}
+	helm := exec.CommandContext(ctx, filepath.Join(c.cfg.Repo, "hack/helm.sh"), "template", "fpga-dra-driver",
+		filepath.Join(c.cfg.Repo, "deployments/helm/fpga-dra-driver"), "--namespace", ChartNamespace, "--include-crds", "--kube-version", "1.37.1",
+		"-f", ch.values, "-f", registryFile)
+	helm.Dir = c.cfg.Repo
+	var stderr strings.Builder
+	helm.Stderr = &stderr
+	out, err := helm.Output()
+	if err != nil {
+		return fmt.Errorf("helm template: %w: %s", err, stderr.String())
+	}
+	if err := os.WriteFile(ch.rendered, out, 0o644); err != nil {
+		return err
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ChartNamespace}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	if err := c.applyRegistrySecrets(ctx, n.registry); err != nil {
+		return err
+	}
+	return c.kubectl(ctx, "apply", "--server-side", "-f", ch.rendered)
+}
+
+// upgrade applies the chart again with n's registry access, as `helm
+// upgrade` would, waits until the DaemonSet has replaced the daemon's pod
+// and the new one registered with the kubelet and published.
+func (ch *Chart) upgrade(ctx context.Context, n *FPGANode) error {
+	if err := ch.apply(ctx, n); err != nil {
+		return err
+	}
+	if err := ch.c.kubectl(ctx, "rollout", "status", "daemonset", "--namespace", ChartNamespace,
+		"--selector", "app.kubernetes.io/component=kubeletplugin", "--timeout=120s"); err != nil {
+		return fmt.Errorf("%w; pods: %s", err, ch.c.podSummary(ctx, ChartNamespace))
+	}
+	if err := ch.waitRegistered(ctx); err != nil {
+		return err
+	}
+	return n.waitPublished(ctx, nil)
+}
+
+// waitRegistered waits until the daemon's pod registered with the kubelet
+// (its control socket is on the host, below the kubelet's directory).
+func (ch *Chart) waitRegistered(ctx context.Context) error {
+	c := ch.c
+	ctl := control.NewClient(filepath.Join(c.KubeletRoot, "plugins", DriverName, "control.sock"))
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		list, err := ctl.List(ctx)
+		if err == nil && list.Registered != nil && *list.Registered {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the chart's driver pod did not register within 120s (%v); pods: %s", err, c.podSummary(ctx, ChartNamespace))
+		}
+		time.Sleep(250 * time.Millisecond) // polling another process
+	}
 }
 
 // Uninstall deletes what InstallChart applied and waits until the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ const DriverName = "fpga.dra.dev"
 // on a simulated FPGA tree with the simulated programmer.
 type FPGANode struct {
 	Dir, Bin, Root string
+	// CacheDir is the host directory of the driver's cache of bitstreams
+	// pulled from OCI registries.
+	CacheDir string
 	// Sim is the simulated tree; change it the way the kernel would and
 	// tell the driver with Uevent.
 	Sim     *simnode.Node
@@ -39,6 +43,9 @@ type FPGANode struct {
 	// host process.
 	chartArchive, chartRef string
 	chart                  *Chart
+
+	// registry is how the driver reaches OCI registries (UseRegistry).
+	registry RegistryAccess
 }
 
 // UseChart makes Start install the driver from the Helm chart with the
@@ -56,6 +63,7 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 	n := &FPGANode{Dir: filepath.Join(c.Dir, "fpga"), c: c}
 	n.Bin = filepath.Join(n.Dir, "fpga-dra-driver")
 	n.Root = filepath.Join(n.Dir, "node")
+	n.CacheDir = filepath.Join(n.Dir, "oci-cache")
 	// Inside the simulated tree: the chart mounts the tree into the pod.
 	n.uevents = filepath.Join(n.Root, "uevents.sock")
 	build := exec.CommandContext(ctx, "go", "build", "-o", n.Bin, "./cmd/fpga-dra-driver")
@@ -84,6 +92,7 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 		"--plugin-dir", filepath.Join(c.KubeletRoot, "plugins", DriverName),
 		"--cdi-dir", c.CDIDir,
 		"--bitstream-dir", filepath.Join(n.Root, "srv/fpga/bitstreams"),
+		"--bitstream-cache-dir", n.CacheDir,
 		"--programmer", "sim", "--sim-program-delay", "1s",
 		"--uevent-source", "unix:" + n.uevents,
 		"--refresh-interval", "2s",
@@ -105,7 +114,12 @@ func (n *FPGANode) Start(ctx context.Context) error {
 		}
 		return n.waitPublished(ctx, nil)
 	}
-	p, err := n.c.Start("fpga-dra-driver", n.Bin, append(n.args, "--mode=dra"), nil)
+	registry, err := n.registryArgs()
+	if err != nil {
+		return err
+	}
+	args := append(append(slices.Clip(n.args), registry...), "--mode=dra")
+	p, err := n.c.Start("fpga-dra-driver", n.Bin, args, nil)
 	if err != nil {
 		return err
 	}
