@@ -71,9 +71,10 @@ func Rebuild() PrepareOption {
 // holder gets the same CDI devices again without reprogramming (unless the
 // node rebooted since), and calls for one holder racing each other get one
 // answer; a prepare without BeforeBinding that meets the holder's
-// programming before binding waits for it and then prepares. A device another holder holds is refused with ErrDeviceHeld,
-// whatever the scheduler decided; of racing prepares of different holders
-// for one device exactly one wins. When programming outlasts PrepareWait,
+// programming before binding waits for it and then prepares. A device
+// another holder holds is refused with ErrDeviceHeld, whatever the
+// scheduler decided; of racing prepares of different holders for one
+// device exactly one wins. When programming outlasts PrepareWait,
 // Prepare returns an error wrapping ErrInProgress and programming goes on;
 // a later call returns its result.
 func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, devs *discovery.Result, opts ...PrepareOption) (Outcome, error) {
