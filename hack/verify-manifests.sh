@@ -19,6 +19,7 @@ for values in \
   "--set controller.webhook.tls.mode=secret --set controller.webhook.tls.caBundle=Q0E= --set controller.webhook.tls.secretName=tls" \
   "--set kubeletPlugin.simulation.enabled=true --set kubeletPlugin.healthcheckPort=0 --set kubeletPlugin.metricsPort=0 --set controller.replicas=2" \
   "--set kubeletPlugin.mode=dra --set kubeletPlugin.hook.install=false" \
+  "--set kubeletPlugin.xrt.hostRoot=/host --set kubeletPlugin.kernelDriver=auto\,-opae --set kubeletPlugin.simulation.enabled=true --set kubeletPlugin.simulation.cards=0 --set kubeletPlugin.simulation.alveo={u250,u55c}" \
   "--set controller.enabled=false --set priorityClass.create=false --set deviceClass.create=false"; do
   # shellcheck disable=SC2086 # word splitting of the value flags is meant
   hack/helm.sh lint --strict "${CHART}" --kube-version 1.37.0 ${values} >/dev/null

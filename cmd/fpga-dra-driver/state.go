@@ -43,13 +43,13 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface) (*no
 			return nil, fmt.Errorf("--bitstream-dir: %w", err)
 		}
 	}
-	var opts []program.ProgrammerOption
+	opts := []program.ProgrammerOption{program.WithXRT(program.XRTConfig{ToolDir: f.xrtToolDir, HostRoot: f.xrtHostRoot, Timeout: f.xrtTimeout})}
 	if f.programmer == program.KindSim {
 		opts = append(opts, program.WithSimulator(&program.SimProgrammer{Delay: f.simProgramDelay}))
 	}
 	prog, err := program.NewProgrammer(f.programmer, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("--programmer: %w", err)
+		return nil, fmt.Errorf("--programmer %s (--xrt-tool-dir, --xrt-host-root, --xrt-timeout): %w", f.programmer, err)
 	}
 	bootID := f.bootIDFile
 	if bootID == "" {
