@@ -60,19 +60,37 @@ func (xrtFamily) present(root string) bool { return isDir(filepath.Join(root, xr
 // xrtCard is where one card's functions live.
 type xrtCard struct {
 	bdf, user, mgmt string
-	xfpga           []string // /dev/xfpga entries of the user PF's instance
+	// userKey and mgmtKey are the functions' links in the drivers'
+	// directories (mgmtKey is zero without a management PF).
+	userKey, mgmtKey dirKey
+	xfpga            []string // /dev/xfpga entries of the user PF's instance
+}
+
+// xrtStatic is what a card shows that does not change while its user PF
+// stays bound to xocl and its management PF to xclmgmt: read once per
+// binding (a rebind makes new driver links). Values are never modified
+// once stored in a known.
+type xrtStatic struct {
+	mgmtKey dirKey
+	// card holds the PCI IDs, NUMA node, model, shell attributes (platform,
+	// shellTimestamp, serial, logicUUID), legacy name and management node;
+	// its interface IDs and ports are unset.
+	card   Card
+	render DevNode
 }
 
 // scan implements family.
 func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
-	users, err := driverLinks(s.Root, xrtUserDriverDir)
+	old := s.knownOf(DriverXRT)
+	next := &known{links: map[dirKey]string{}, alveo: map[dirKey]*xrtStatic{}}
+	users, err := driverLinks(s.Root, xrtUserDriverDir, old, next)
 	if err != nil {
 		return fmt.Errorf("read the xocl driver directory: %w", err)
 	}
-	mgmts, _ := driverLinks(s.Root, xrtMgmtDriverDir) // a VM may have no management PF
-	mgmtBySlot := map[string]string{}
-	for bdf, dir := range mgmts {
-		mgmtBySlot[pciSlot(bdf)] = dir
+	mgmts, _ := driverLinks(s.Root, xrtMgmtDriverDir, old, next) // a VM may have no management PF
+	mgmtBySlot := map[string]driverLink{}
+	for bdf, l := range mgmts {
+		mgmtBySlot[pciSlot(bdf)] = l
 	}
 	xfpga := xfpgaNodes(s.Root)
 	var cards []xrtCard
@@ -82,7 +100,8 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 			res.Errors = append(res.Errors, fmt.Errorf("xocl device %s: %w", bdf, err))
 			continue
 		}
-		cards = append(cards, xrtCard{bdf: bdf, user: users[bdf], mgmt: mgmtBySlot[pciSlot(bdf)], xfpga: xfpga[inst]})
+		m := mgmtBySlot[pciSlot(bdf)]
+		cards = append(cards, xrtCard{bdf: bdf, user: users[bdf].dir, userKey: users[bdf].key, mgmt: m.dir, mgmtKey: m.key, xfpga: xfpga[inst]})
 	}
 	timeout := s.readTimeout()
 	stuck := s.stuckCards()
@@ -90,6 +109,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 	last := s.last
 	s.mu.Unlock()
 	stall := func(c xrtCard, r stuckRead) {
+		if st := old.alveo[c.userKey]; st != nil {
+			next.alveo[c.userKey] = st
+		}
 		if old := last[c.user]; old != nil {
 			res.Cards = append(res.Cards, stalled(old, r, timeout))
 			return
@@ -105,8 +127,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 		todo = append(todo, c)
 	}
 	type read struct {
-		card *Card
-		err  error
+		card   *Card
+		static *xrtStatic
+		err    error
 	}
 	trackers := make([]*tracker, len(todo))
 	for k := range trackers {
@@ -115,8 +138,12 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 	returned := make([]atomic.Bool, len(todo))
 	results, done, _ := boundedMap(ctx, len(todo), timeout,
 		func(k int) read {
-			c, err := f.read(s.Root, todo[k], trackers[k])
-			return read{c, err}
+			st := old.alveo[todo[k].userKey]
+			if st != nil && st.mgmtKey != todo[k].mgmtKey {
+				st = nil // the management PF was rebound (or came, or went)
+			}
+			c, st, err := f.read(s.Root, todo[k], st, trackers[k])
+			return read{c, st, err}
 		},
 		func(k int, _ read) {
 			returned[k].Store(true)
@@ -131,6 +158,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 			res.Errors = append(res.Errors, results[k].err)
 		case done[k]:
 			res.Cards = append(res.Cards, results[k].card)
+			if st := results[k].static; st != nil {
+				next.alveo[c.userKey] = st
+			}
 		default:
 			r := stuckRead{attr: trackers[k].current(), since: time.Now()}
 			s.setStuck(c.user, r, true)
@@ -140,34 +170,36 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 			stall(c, r)
 		}
 	}
+	s.setKnown(DriverXRT, next)
 	return nil
 }
 
-// read reads one card: its fixed fields, then (check) what can change.
-func (f xrtFamily) read(root string, x xrtCard, tr *tracker) (*Card, error) {
+// read reads one card through its user PF's open directory: its fixed
+// fields unless st has them, then (xrtCheck) what can change. It returns
+// the card and, when every fixed field was there, those fields for the
+// next scan.
+func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *tracker) (*Card, *xrtStatic, error) {
 	d, err := openSysDir(x.user)
 	if err != nil {
-		return nil, fmt.Errorf("card %s: %w", x.bdf, err)
+		return nil, nil, fmt.Errorf("card %s: %w", x.bdf, err)
 	}
 	defer d.close()
 	d = d.tracked(tr)
-	if _, err := d.read("user_pf"); err != nil {
-		return nil, fmt.Errorf("card %s: xocl is bound but it is no user PF: %w", x.bdf, err)
-	}
-	c := &Card{Driver: DriverXRT, PCIAddress: x.bdf, PCIPath: x.user, NUMANode: -1, SocketID: -1, PortsNum: 1, mgmtPath: x.mgmt}
-	c.VendorID, _ = d.read("vendor")
-	c.DeviceID, _ = d.read("device")
-	if v, err := d.read("numa_node"); err == nil {
-		if n, err := strconv.Atoi(v); err == nil {
-			c.NUMANode = n
+	mgmt := mgmtView(d, x.mgmt)
+	keep := st
+	if st == nil {
+		var complete bool
+		if st, complete, err = f.readStatic(root, x, d, mgmt); err != nil {
+			return nil, nil, fmt.Errorf("card %s: %w", x.bdf, err)
+		}
+		if complete {
+			keep = st
 		}
 	}
-	c.Model = modelName(xrtModels, c.VendorID, c.DeviceID)
-	render, err := f.renderNode(root, d)
-	if err != nil {
-		return nil, fmt.Errorf("card %s: %w", x.bdf, err)
-	}
-	p := &Port{Node: render, PCIAddress: x.bdf, PCIPath: x.user, AFUIDFile: x.user + "/xclbinuuid"}
+	c := st.card
+	c.PCIAddress, c.PCIPath, c.mgmtPath = x.bdf, x.user, x.mgmt
+	c.Attributes = slices.Clone(st.card.Attributes)
+	p := &Port{Node: st.render, PCIAddress: x.bdf, PCIPath: x.user, AFUIDFile: x.user + "/xclbinuuid"}
 	for _, name := range x.xfpga {
 		node, err := statNode(root, "/dev/xfpga/"+name)
 		if err != nil {
@@ -176,45 +208,92 @@ func (f xrtFamily) read(root string, x xrtCard, tr *tracker) (*Card, error) {
 		p.ExtraNodes = append(p.ExtraNodes, node)
 	}
 	c.Ports = []*Port{p}
-	var platform, timestamp, serial string
-	if names, err := d.names(); err == nil {
-		sort.Strings(names)
-		for _, n := range names {
-			switch {
-			case strings.HasPrefix(n, "rom.") && platform == "":
-				platform, _ = d.read(n + "/VBNV")
-				timestamp, _ = d.read(n + "/timestamp")
-			case strings.HasPrefix(n, "xmc.") && serial == "":
-				serial, _ = d.read(n + "/serial_num")
-			}
+	xrtCheck(&c, p, d, mgmt)
+	return &c, keep, nil
+}
+
+// readStatic reads the fields of a card that do not change while its
+// functions stay bound (see xrtStatic), and reports whether every one of
+// them was there; mgmt views the management PF's directory.
+func (f xrtFamily) readStatic(root string, x xrtCard, d, mgmt sysDir) (*xrtStatic, bool, error) {
+	names, err := d.names()
+	if err != nil {
+		return nil, false, err
+	}
+	if !slices.Contains(names, "user_pf") {
+		return nil, false, fmt.Errorf("xocl is bound but it is no user PF: %s has no user_pf", d.path)
+	}
+	st := &xrtStatic{mgmtKey: x.mgmtKey}
+	c := &st.card
+	c.Driver, c.NUMANode, c.SocketID, c.PortsNum = DriverXRT, -1, -1, 1
+	complete := true
+	read := func(d sysDir, name string) string {
+		v, err := d.read(name)
+		complete = complete && err == nil
+		return v
+	}
+	c.VendorID, c.DeviceID = read(d, "vendor"), read(d, "device")
+	if v, err := d.read("numa_node"); err == nil {
+		if n, err := strconv.Atoi(v); err == nil {
+			c.NUMANode = n
 		}
 	}
-	if x.mgmt != "" {
-		if m, err := openSysDir(x.mgmt); err == nil {
-			m = m.tracked(tr)
-			if inst, err := m.read("instance"); err == nil {
-				if node, err := statNode(root, "/dev/xclmgmt"+inst); err == nil {
-					c.Management = append(c.Management, node)
-				}
-			}
-			m.close()
+	c.Model = modelName(xrtModels, c.VendorID, c.DeviceID)
+	if st.render, err = f.renderNode(root, d); err != nil {
+		return nil, false, err
+	}
+	var platform, timestamp, serial string
+	var rom, xmc bool
+	sort.Strings(names)
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "rom.") && !rom:
+			rom = true
+			platform, timestamp = read(d, n+"/VBNV"), read(d, n+"/timestamp")
+		case strings.HasPrefix(n, "xmc.") && !xmc:
+			xmc = true
+			serial = read(d, n+"/serial_num")
 		}
+	}
+	// The shell's ROM may show late in the driver's probe: look again.
+	complete = complete && rom
+	if x.mgmt != "" {
+		var node DevNode
+		inst, err := mgmt.read("instance")
+		if err == nil {
+			node, err = statNode(root, "/dev/xclmgmt"+inst)
+		}
+		if err == nil {
+			c.Management = []DevNode{node}
+		}
+		complete = complete && err == nil
 	}
 	for _, a := range []struct{ name, value string }{{"platform", platform}, {"shellTimestamp", timestamp}, {"serial", serial}} {
 		if a.value != "" && len(a.value) <= 64 { // an attribute string holds 64 bytes
 			c.Attributes = append(c.Attributes, Attribute{Name: a.name, Value: a.value})
 		}
 	}
-	if logic, err := d.read("logic_uuids"); err == nil {
-		if id, err := CanonicalID(firstLine(logic)); err == nil {
-			c.Attributes = append(c.Attributes, Attribute{Name: "logicUUID", Value: id})
-		}
+	if id, err := CanonicalID(firstLine(read(d, "logic_uuids"))); err == nil {
+		c.Attributes = append(c.Attributes, Attribute{Name: "logicUUID", Value: id})
 	}
 	if platform != "" && timestamp != "" {
 		c.Legacy = Legacy{Resource: "amd.com/" + platform + "-" + timestamp, DeviceID: x.bdf}
 	}
-	xrtCheck(c, p, d)
-	return c, nil
+	return st, complete, nil
+}
+
+// mgmtView returns a view of the management PF's directory mgmtPath that
+// reads through the user PF's open directory d when the two functions are
+// siblings (functions of one PCI slot are), else a view that reads by the
+// full path; the zero view when the card has no management PF.
+func mgmtView(d sysDir, mgmtPath string) sysDir {
+	if mgmtPath == "" {
+		return sysDir{fd: -1}
+	}
+	if parent, ok := d.ancestor(filepath.Dir(d.path)); ok && filepath.Dir(mgmtPath) == parent.path {
+		return parent.sub(filepath.Base(mgmtPath))
+	}
+	return sysDir{fd: unix.AT_FDCWD, rel: mgmtPath + "/", path: mgmtPath, tr: d.tr}
 }
 
 // renderNode finds the user PF's DRM render node (drm/renderD<N>).
@@ -241,117 +320,44 @@ func (xrtFamily) renderNode(root string, d sysDir) (DevNode, error) {
 	return DevNode{}, fmt.Errorf("no DRM render node below %s/drm: is the xocl driver fully loaded?", d.path)
 }
 
-// refresh implements family: the IDs, status and device nodes again.
-func (xrtFamily) refresh(oc *Card, tr *tracker) (*Card, bool) {
-	c := *oc
-	op := *oc.Ports[0]
-	c.Ports = []*Port{&op}
-	d, err := openSysDir(c.PCIPath)
-	if err != nil {
-		op.AFUID = ""
-		op.Health = Health{}
-		op.Health.fail("card-gone", "user PF of card %s is gone: %v", c.PCIAddress, err)
-	} else {
-		xrtCheck(&c, &op, d.tracked(tr))
-		d.close()
-	}
-	changed := c.InterfaceID != oc.InterfaceID || op.AFUID != oc.Ports[0].AFUID || op.Health.String() != oc.Ports[0].Health.String()
-	return &c, changed
+// driverLink is a device link in a PCI driver's directory.
+type driverLink struct {
+	key dirKey // the link, as the directory lists it
+	dir string // the device's sysfs directory below the root
 }
-
-// xrtCheck reads what changes without a hot-plug event (interface UUIDs,
-// loaded xclbin, status) through the user PF's open directory d, and
-// checks the card's health.
-func xrtCheck(c *Card, p *Port, d sysDir) {
-	h := Health{Healthy: true}
-	c.InterfaceID, c.InterfaceIDs = "", nil
-	switch v, err := d.read("interface_uuids"); {
-	case err != nil:
-		h.fail("interface-id-unreadable", "interface_uuids of card %s unreadable: %v: is the shell loaded?", c.PCIAddress, err)
-	default:
-		for _, line := range strings.Fields(v) {
-			id, err := CanonicalID(line)
-			if err != nil {
-				h.fail("interface-id-malformed", "interface_uuids of card %s: %v", c.PCIAddress, err)
-				continue
-			}
-			c.InterfaceIDs = append(c.InterfaceIDs, id)
-		}
-		switch {
-		case len(c.InterfaceIDs) == 0 && len(h.Reasons) == 0:
-			h.fail("interface-id-missing", "interface_uuids of card %s is empty: the shell reports no interface", c.PCIAddress)
-		case len(c.InterfaceIDs) > 0 && c.InterfaceIDs[0] == AllF:
-			h.fail("interface-id-all-f", "interface UUID of card %s is all-f: the shell is unusable", c.PCIAddress)
-		case len(c.InterfaceIDs) > 0 && c.InterfaceIDs[0] == allZero:
-			h.fail("interface-id-all-zero", "interface UUID of card %s is all-zero: the shell is unusable", c.PCIAddress)
-		}
-	}
-	if len(c.InterfaceIDs) > 0 && c.InterfaceIDs[0] != AllF && c.InterfaceIDs[0] != allZero {
-		c.InterfaceID = c.InterfaceIDs[0]
-	}
-	c.Attributes = slices.DeleteFunc(c.Attributes, func(a Attribute) bool { return strings.HasPrefix(a.Name, "interfaceID") })
-	for i, id := range c.InterfaceIDs[min(1, len(c.InterfaceIDs)):] {
-		c.Attributes = append(c.Attributes, Attribute{Name: fmt.Sprintf("interfaceID%d", i+2), Value: id})
-	}
-	p.AFUID = ""
-	switch v, err := d.read("xclbinuuid"); {
-	case err != nil:
-		h.fail("xclbinuuid-unreadable", "xclbinuuid of card %s unreadable: %v", c.PCIAddress, err)
-	case v != "":
-		if id, err := CanonicalID(v); err != nil {
-			h.fail("xclbinuuid-malformed", "xclbinuuid of card %s: %v", c.PCIAddress, err)
-		} else if id != allZero {
-			p.AFUID = id
-		}
-	}
-	if v, err := d.read("ready"); err != nil || (v != "0x1" && v != "1") {
-		h.fail("xrt-not-ready", "card %s is not ready (ready is %q, %v): its management side does not answer", c.PCIAddress, v, err)
-	}
-	if v, err := d.read("dev_offline"); err == nil && v != "0" && v != "0x0" {
-		h.fail("offline", "card %s is offline (dev_offline %s): it is being reset or reflashed", c.PCIAddress, v)
-	}
-	for _, n := range p.Nodes() {
-		checkNode(&h, n)
-	}
-	if c.mgmtPath != "" {
-		if m, err := openSysDir(c.mgmtPath); err != nil {
-			h.fail("mgmt-gone", "management PF of card %s is gone: %v", c.PCIAddress, err)
-		} else {
-			m.tr = d.tr
-			if v, err := m.read("dev_offline"); err == nil && v != "0" && v != "0x0" {
-				h.fail("mgmt-offline", "management PF of card %s is offline (dev_offline %s)", c.PCIAddress, v)
-			}
-			m.close()
-		}
-	}
-	p.Health = h
-}
-
-// allZero is the ID of nothing.
-const allZero = "00000000000000000000000000000000"
 
 // driverLinks lists a PCI driver directory's device links, by BDF, each
-// resolved to the device's sysfs directory below root.
-func driverLinks(root, dir string) (map[string]string, error) {
+// resolved to the device's sysfs directory below root. Link targets old
+// knows are not read again; every link is noted in next.
+func driverLinks(root, dir string, old, next *known) (map[string]driverLink, error) {
 	full := filepath.Join(root, dir)
-	entries, err := os.ReadDir(full)
+	d, err := openSysDir(full)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	defer d.close()
+	entries, err := d.entries()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]driverLink{}
 	for _, e := range entries {
-		if !strings.Contains(e.Name(), ":") || e.Type()&os.ModeSymlink == 0 {
+		if !strings.Contains(e.name, ":") {
 			continue // bind, unbind, module, new_id ...
 		}
-		target, err := os.Readlink(filepath.Join(full, e.Name()))
-		if err != nil {
-			continue
+		key := dirKey{path: full + "/" + e.name, ino: e.ino}
+		target, ok := old.links[key]
+		if !ok {
+			if target, err = readlinkAt(d.fd, e.name); err != nil {
+				continue // not a link, or gone since the listing
+			}
 		}
+		next.links[key] = target
+		l := driverLink{key: key, dir: filepath.Join(full, target)}
 		if filepath.IsAbs(target) {
-			out[e.Name()] = filepath.Join(root, target)
-		} else {
-			out[e.Name()] = filepath.Join(full, target)
+			l.dir = filepath.Join(root, target)
 		}
+		out[e.name] = l
 	}
 	return out, nil
 }
