@@ -1,13 +1,13 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -216,11 +216,25 @@ func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *tracker) (*Ca
 // functions stay bound (see xrtStatic), and reports whether every one of
 // them was there; mgmt views the management PF's directory.
 func (f xrtFamily) readStatic(root string, x xrtCard, d, mgmt sysDir) (*xrtStatic, bool, error) {
-	names, err := d.names()
+	// The user PF's listing (some sixty entries) says whether it is one
+	// and names the shell's ROM and the card's management controller (the
+	// first of each, as XRT numbers them).
+	var userPF bool
+	var romDir, xmcDir string
+	err := d.eachEntry(func(name []byte, _ uint64) {
+		switch {
+		case string(name) == "user_pf":
+			userPF = true
+		case bytes.HasPrefix(name, []byte("rom.")) && (romDir == "" || string(name) < romDir):
+			romDir = string(name)
+		case bytes.HasPrefix(name, []byte("xmc.")) && (xmcDir == "" || string(name) < xmcDir):
+			xmcDir = string(name)
+		}
+	})
 	if err != nil {
 		return nil, false, err
 	}
-	if !slices.Contains(names, "user_pf") {
+	if !userPF {
 		return nil, false, fmt.Errorf("xocl is bound but it is no user PF: %s has no user_pf", d.path)
 	}
 	st := &xrtStatic{mgmtKey: x.mgmtKey}
@@ -243,25 +257,21 @@ func (f xrtFamily) readStatic(root string, x xrtCard, d, mgmt sysDir) (*xrtStati
 		return nil, false, err
 	}
 	var platform, timestamp, serial string
-	var rom, xmc bool
-	sort.Strings(names)
-	for _, n := range names {
-		switch {
-		case strings.HasPrefix(n, "rom.") && !rom:
-			rom = true
-			platform, timestamp = read(d, n+"/VBNV"), read(d, n+"/timestamp")
-		case strings.HasPrefix(n, "xmc.") && !xmc:
-			xmc = true
-			serial = read(d, n+"/serial_num")
-		}
+	if romDir != "" {
+		platform, timestamp = read(d, romDir+"/VBNV"), read(d, romDir+"/timestamp")
+	}
+	if xmcDir != "" {
+		serial = read(d, xmcDir+"/serial_num")
 	}
 	// The shell's ROM may show late in the driver's probe: look again.
-	complete = complete && rom
+	complete = complete && romDir != ""
 	if x.mgmt != "" {
 		var node DevNode
 		inst, err := mgmt.read("instance")
 		if err == nil {
-			node, err = statNode(root, "/dev/xclmgmt"+inst)
+			if _, err = strconv.ParseUint(inst, 10, 31); err == nil {
+				node, err = statNode(root, "/dev/xclmgmt"+inst)
+			}
 		}
 		if err == nil {
 			c.Management = []DevNode{node}
@@ -276,11 +286,15 @@ func (f xrtFamily) readStatic(root string, x xrtCard, d, mgmt sysDir) (*xrtStati
 	if id, err := CanonicalID(firstLine(read(d, "logic_uuids"))); err == nil {
 		c.Attributes = append(c.Attributes, Attribute{Name: "logicUUID", Value: id})
 	}
-	if platform != "" && timestamp != "" {
-		c.Legacy = Legacy{Resource: "amd.com/" + platform + "-" + timestamp, DeviceID: x.bdf}
+	if name := platform + "-" + timestamp; platform != "" && timestamp != "" && resourceNamePattern.MatchString(name) && len(name) <= 63 {
+		c.Legacy = Legacy{Resource: "amd.com/" + name, DeviceID: x.bdf}
 	}
 	return st, complete, nil
 }
+
+// resourceNamePattern is the name part of an extended resource name (at
+// most 63 characters): a VBNV that does not fit gives the card no AMD name.
+var resourceNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 
 // mgmtView returns a view of the management PF's directory mgmtPath that
 // reads through the user PF's open directory d when the two functions are
@@ -298,26 +312,27 @@ func mgmtView(d sysDir, mgmtPath string) sysDir {
 
 // renderNode finds the user PF's DRM render node (drm/renderD<N>).
 func (xrtFamily) renderNode(root string, d sysDir) (DevNode, error) {
-	names, err := d.sub("drm").names()
-	if err != nil {
+	var n string
+	err := d.sub("drm").eachEntry(func(name []byte, _ uint64) {
+		if bytes.HasPrefix(name, []byte("renderD")) && (n == "" || string(name) < n) {
+			n = string(name)
+		}
+	})
+	switch {
+	case err != nil:
 		return DevNode{}, fmt.Errorf("no DRM render node: %w", err)
+	case n == "":
+		return DevNode{}, fmt.Errorf("no DRM render node below %s/drm: is the xocl driver fully loaded?", d.path)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		if !strings.HasPrefix(n, "renderD") {
-			continue
-		}
-		mm, err := d.read("drm/" + n + "/dev")
-		if err != nil {
-			return DevNode{}, err
-		}
-		major, minor, err := parseMajorMinor(mm)
-		if err != nil {
-			return DevNode{}, fmt.Errorf("render node %s: %w", n, err)
-		}
-		return DevNode{Name: n, SysfsPath: d.path, Path: "/dev/dri/" + n, HostPath: filepath.Join(root, "dev/dri", n), Major: major, Minor: minor}, nil
+	mm, err := d.read("drm/" + n + "/dev")
+	if err != nil {
+		return DevNode{}, err
 	}
-	return DevNode{}, fmt.Errorf("no DRM render node below %s/drm: is the xocl driver fully loaded?", d.path)
+	major, minor, err := parseMajorMinor(mm)
+	if err != nil {
+		return DevNode{}, fmt.Errorf("render node %s: %w", n, err)
+	}
+	return DevNode{Name: n, SysfsPath: d.path, Path: "/dev/dri/" + n, HostPath: filepath.Join(root, "dev/dri", n), Major: major, Minor: minor}, nil
 }
 
 // driverLink is a device link in a PCI driver's directory.
@@ -365,21 +380,35 @@ func driverLinks(root, dir string, old, next *known) (map[string]driverLink, err
 // xfpgaNodes lists /dev/xfpga below root by the user PF instance each
 // entry belongs to ("dma.qdma.u<instance>.0").
 func xfpgaNodes(root string) map[int][]string {
-	entries, err := os.ReadDir(filepath.Join(root, "dev/xfpga"))
+	d, err := openSysDir(filepath.Join(root, "dev/xfpga"))
 	if err != nil {
 		return nil
 	}
+	defer d.close()
 	out := map[int][]string{}
-	for _, e := range entries {
-		for _, part := range strings.Split(e.Name(), ".") {
-			if n, ok := strings.CutPrefix(part, "u"); ok {
-				if inst, err := strconv.Atoi(n); err == nil {
-					out[inst] = append(out[inst], e.Name())
-				}
+	_ = d.eachEntry(func(name []byte, _ uint64) {
+		if inst, ok := xfpgaInstance(name); ok {
+			out[inst] = append(out[inst], string(name))
+		}
+	})
+	for _, names := range out {
+		slices.Sort(names)
+	}
+	return out
+}
+
+// xfpgaInstance returns the user PF instance an xfpga node's name carries
+// in a ".u<instance>" part ("dma.qdma.u257.0"); management nodes carry
+// ".m<instance>" instead.
+func xfpgaInstance(name []byte) (int, bool) {
+	for part := range bytes.SplitSeq(name, []byte(".")) {
+		if len(part) > 1 && part[0] == 'u' {
+			if inst, err := strconv.ParseUint(string(part[1:]), 10, 31); err == nil {
+				return int(inst), true
 			}
 		}
 	}
-	return out
+	return 0, false
 }
 
 // statNode describes the character device at path (as a container sees
@@ -407,11 +436,20 @@ func pciSlot(bdf string) string {
 // pciInstance is XRT's instance number of a function:
 // domain*65536 + bus*256 + device*8 + function.
 func pciInstance(bdf string) (int, error) {
-	var domain, bus, dev, fn int
-	if _, err := fmt.Sscanf(bdf, "%x:%x:%x.%x", &domain, &bus, &dev, &fn); err != nil {
-		return 0, fmt.Errorf("%q is not a PCI address (domain:bus:device.function): %w", bdf, err)
+	domain, rest, ok1 := strings.Cut(bdf, ":")
+	bus, rest, ok2 := strings.Cut(rest, ":")
+	dev, fn, ok3 := strings.Cut(rest, ".")
+	var v [4]uint64
+	for i, f := range []struct {
+		s    string
+		bits int
+	}{{domain, 16}, {bus, 8}, {dev, 5}, {fn, 3}} {
+		var err error
+		if v[i], err = strconv.ParseUint(f.s, 16, f.bits); err != nil || !(ok1 && ok2 && ok3) {
+			return 0, fmt.Errorf("%q is not a PCI address (domain:bus:device.function, hexadecimal, as 0000:3b:00.1)", bdf)
+		}
 	}
-	return domain*65536 + bus*256 + dev*8 + fn, nil
+	return int(v[0]*65536 + v[1]*256 + v[2]*8 + v[3]), nil
 }
 
 func firstLine(s string) string {
