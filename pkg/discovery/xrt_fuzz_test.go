@@ -1,7 +1,6 @@
 package discovery_test
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -34,7 +33,7 @@ func FuzzScanAlveoAttributes(f *testing.F) {
 		f.Fatalf("render dev file: %v %v", render, err)
 	}
 	f.Fuzz(func(t *testing.T, ifIDs, xclbin, logic, dev, vbnv, timestamp, ready, instance string) {
-		for path, v := range map[string]string{
+		res, err := scanWith(t, n.Root, map[string]string{
 			filepath.Join(c.UserPath, "interface_uuids"):   ifIDs,
 			filepath.Join(c.UserPath, "xclbinuuid"):        xclbin,
 			filepath.Join(c.UserPath, "logic_uuids"):       logic,
@@ -43,12 +42,7 @@ func FuzzScanAlveoAttributes(f *testing.F) {
 			filepath.Join(c.UserPath, "rom.u.0/timestamp"): timestamp,
 			filepath.Join(c.UserPath, "ready"):             ready,
 			filepath.Join(c.MgmtPath, "instance"):          instance,
-		} {
-			if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		res, err := (&discovery.Scanner{Root: n.Root}).Scan()
+		})
 		if err != nil {
 			return
 		}
