@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -99,7 +100,10 @@ func (d sysDir) eachEntry(f func(name []byte, ino uint64)) error {
 		}
 		defer unix.Close(fd)
 	}
-	var buf [8192]byte
+	// name goes to a function the compiler cannot see into, so the buffer
+	// escapes to the heap: pooled, rather than 8 KiB per listing.
+	buf := direntBuffers.Get().(*[8192]byte)
+	defer direntBuffers.Put(buf)
 	for {
 		n, err := unix.Getdents(fd, buf[:])
 		if err != nil {
@@ -111,6 +115,9 @@ func (d sysDir) eachEntry(f func(name []byte, ino uint64)) error {
 		walkDirents(buf[:n], f)
 	}
 }
+
+// direntBuffers holds getdents buffers for eachEntry.
+var direntBuffers = sync.Pool{New: func() any { return new([8192]byte) }}
 
 // parseDirents appends the entries of a getdents64 buffer to out (see
 // walkDirents).
