@@ -269,7 +269,7 @@ func (n *FPGANode) AddAlveo(ctx context.Context, models ...string) ([]*simnode.A
 		}
 		for _, c := range cards {
 			if name := (&discovery.Port{PCIAddress: c.UserAddress}).DeviceName(); !published[name] {
-				return fmt.Errorf("Alveo card %s (%s) not published yet", name, c.Model.Name)
+				return fmt.Errorf("the Alveo card %s (%s) is not published yet", name, c.Model.Name)
 			}
 		}
 		return nil
