@@ -21,6 +21,7 @@ for values in \
   "--set kubeletPlugin.mode=dra --set kubeletPlugin.hook.install=false" \
   "--set kubeletPlugin.registry.credentials.secretName=creds --set kubeletPlugin.registry.ca.secretName=ca --set kubeletPlugin.registry.insecureRegistries={registry.local:5000}" \
   "--set kubeletPlugin.registry.ca.configMapName=ca --set kubeletPlugin.bitstreamCache.size=1Gi" \
+  "--set kubeletPlugin.xrt.hostRoot=/host --set kubeletPlugin.kernelDriver=auto\,-opae --set kubeletPlugin.simulation.enabled=true --set kubeletPlugin.simulation.cards=0 --set kubeletPlugin.simulation.alveo={u250,u55c}" \
   "--set controller.enabled=false --set priorityClass.create=false --set deviceClass.create=false"; do
   # shellcheck disable=SC2086 # word splitting of the value flags is meant
   hack/helm.sh lint --strict "${CHART}" --kube-version 1.37.0 ${values} >/dev/null

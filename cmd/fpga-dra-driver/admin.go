@@ -185,9 +185,9 @@ func newProgramCommand() *cobra.Command {
 	f.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&port, "port", "", "the port: /dev/dfl-port.0, dfl-port.0 or its DRA device name")
-	fs.StringVar(&file, "bitstream", "", "a GBS or AOCX file; it is installed into the repository first")
+	fs.StringVar(&file, "bitstream", "", "a GBS, AOCX or xclbin file; it is installed into the repository first")
 	fs.StringVar(&repo, "bitstream-dir", program.DefaultRepositoryDir, "the daemon's bitstream repository")
-	fs.StringVar(&kind, "programmer", program.KindAuto, "backend when the daemon is not running: auto, dfl, opae or sim")
+	fs.StringVar(&kind, "programmer", program.KindAuto, "backend when the daemon is not running: "+programmerUsage)
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
 	flagenv.Twins(fs, map[string]string{
 		"bitstream-dir": "BITSTREAM_DIR",

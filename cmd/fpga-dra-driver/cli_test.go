@@ -66,6 +66,27 @@ func TestInfo(t *testing.T) {
 	}
 }
 
+// TestInfoXclbin: an xclbin's header shows its interface UUID, xclbin
+// UUID and platform.
+func TestInfoXclbin(t *testing.T) {
+	m := simnode.AlveoModels["u55c"]
+	paths, err := program.WriteSimXclbinRepository(t.TempDir(), m.InterfaceIDs[0], m.Platform, []string{simnode.SampleXclbinUUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, newInfoCommand(), "-o", "json", paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info bitstreamInfo
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("-o json is not JSON: %v\n%s", err, out)
+	}
+	if info.Format != "xclbin" || info.InterfaceID != m.InterfaceIDs[0] || info.AFUID != simnode.SampleXclbinUUID || info.Platform != m.Platform {
+		t.Fatalf("info %+v, want the xclbin's format, interface UUID, xclbin UUID and platform %s", info, m.Platform)
+	}
+}
+
 func TestInstall(t *testing.T) {
 	src := sampleBitstream(t)
 	repo := t.TempDir()

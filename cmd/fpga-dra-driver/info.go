@@ -25,7 +25,7 @@ type bitstreamInfo struct {
 func infoOf(path string, bs *program.Bitstream) bitstreamInfo {
 	i := bitstreamInfo{
 		File: path, Format: string(bs.Format), InterfaceID: bs.InterfaceID, AFUID: bs.AFUID,
-		Platform: bs.Metadata.PlatformName, FileBytes: bs.Size, PayloadBytes: bs.PayloadSize, SHA256: bs.SHA256,
+		Platform: bs.Platform, FileBytes: bs.Size, PayloadBytes: bs.PayloadSize, SHA256: bs.SHA256,
 	}
 	if c := bs.Metadata.AFUImage.AcceleratorClusters; len(c) > 0 {
 		i.Accelerator = c[0].Name
@@ -45,7 +45,7 @@ func newInfoCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "info FILE",
-		Short: "Show a GBS or AOCX bitstream's header: interface ID, AFU ID, sizes, sha256",
+		Short: "Show a GBS, AOCX or xclbin bitstream's header: interface ID, AFU ID (xclbin UUID), sizes, sha256",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bs, err := program.Open(args[0], program.WithDigest())

@@ -36,11 +36,14 @@ type runFlags struct {
 	cdiDir, bitstreamDir, bootIDFile string
 	programmer                       string
 	simProgramDelay                  time.Duration
-	prepareWait                      time.Duration
-	refreshInterval, readTimeout     time.Duration
-	programmable                     bool
-	kubeAPIQPS                       float32
-	kubeAPIBurst                     int
+	// The XRT programmer (Alveo cards).
+	xrtToolDir, xrtHostRoot      string
+	xrtTimeout                   time.Duration
+	prepareWait                  time.Duration
+	refreshInterval, readTimeout time.Duration
+	programmable                 bool
+	kubeAPIQPS                   float32
+	kubeAPIBurst                 int
 	// Mode selection and the legacy device-plugin endpoint.
 	mode, devicePluginMode           string
 	devicePluginsDir, resourceDomain string
@@ -59,6 +62,10 @@ type runFlags struct {
 	deviceMetadata    bool
 	shutdownWait      time.Duration
 }
+
+// programmerUsage describes the programmer kinds (program.ProgrammerKinds)
+// for the --programmer flags.
+const programmerUsage = "programming backend: auto (each card's family's: dfl, opae or xrt), dfl, opae, xrt (xclbins on Alveo cards, through the host's XRT tool) or sim (a simulated node)"
 
 func newRunCommand() *cobra.Command {
 	var f runFlags
@@ -90,8 +97,11 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data directory (sockets, checkpoint); /var/lib/kubelet/plugins/<driver-name> when empty")
 	fs.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from")
 	fs.StringVar(&f.bitstreamDir, "bitstream-dir", program.DefaultRepositoryDir, "bitstream repository; claims name files only inside it")
-	fs.StringVar(&f.programmer, "programmer", program.KindAuto, "partial-reconfiguration backend: auto, dfl, opae or sim")
+	fs.StringVar(&f.programmer, "programmer", program.KindAuto, programmerUsage)
 	fs.DurationVar(&f.simProgramDelay, "sim-program-delay", 2*time.Second, "how long the sim programmer takes per region")
+	fs.StringVar(&f.xrtToolDir, "xrt-tool-dir", program.DefaultXRTToolDir, "the host's XRT bin directory, holding xrt-smi (or, before XRT 2.17, xbutil), which loads xclbins on Alveo cards; a path on the host, below --xrt-host-root when that is set")
+	fs.StringVar(&f.xrtHostRoot, "xrt-host-root", "", "where the host's / is mounted when the daemon runs in a container (e.g. /host; its proc must be the host's /proc): the XRT tool then runs chrooted there; empty runs it directly")
+	fs.DurationVar(&f.xrtTimeout, "xrt-timeout", program.DefaultXRTTimeout, "how long one xclbin load through the XRT tool may take before the tool and every process it started are killed")
 	fs.DurationVar(&f.prepareWait, "prepare-wait", 20*time.Second, "how long one prepare call waits for programming before it reports \"in progress\" (the kubelet gives a call 45s)")
 	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "boot ID file; <root>/proc/sys/kernel/random/boot_id when it exists, else /proc/sys/kernel/random/boot_id")
 	fs.DurationVar(&f.refreshInterval, "refresh-interval", 30*time.Second, "how often IDs, error registers and device nodes are re-read")
@@ -147,6 +157,9 @@ func newRunCommand() *cobra.Command {
 		"liveness-address":               "LIVENESS_ADDRESS",
 		"unhealthy-taint-effect":         "UNHEALTHY_TAINT_EFFECT",
 		"sim-program-delay":              "SIM_PROGRAM_DELAY",
+		"xrt-tool-dir":                   "XRT_TOOL_DIR",
+		"xrt-host-root":                  "XRT_HOST_ROOT",
+		"xrt-timeout":                    "XRT_TIMEOUT",
 		"prepare-wait":                   "PREPARE_WAIT",
 		"refresh-interval":               "REFRESH_INTERVAL",
 		"sysfs-read-timeout":             "SYSFS_READ_TIMEOUT",

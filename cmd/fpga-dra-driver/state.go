@@ -52,13 +52,13 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface, metr
 			logger.Error(err, "Bitstreams from OCI registries are unavailable on this node", "cacheDir", f.oci.CacheDir)
 		}
 	}
-	var opts []program.ProgrammerOption
+	opts := []program.ProgrammerOption{program.WithXRT(program.XRTConfig{ToolDir: f.xrtToolDir, HostRoot: f.xrtHostRoot, Timeout: f.xrtTimeout})}
 	if f.programmer == program.KindSim {
 		opts = append(opts, program.WithSimulator(&program.SimProgrammer{Delay: f.simProgramDelay}))
 	}
 	prog, err := program.NewProgrammer(f.programmer, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("--programmer: %w", err)
+		return nil, fmt.Errorf("--programmer %s (--xrt-tool-dir, --xrt-host-root, --xrt-timeout): %w", f.programmer, err)
 	}
 	bootID := f.bootIDFile
 	if bootID == "" {

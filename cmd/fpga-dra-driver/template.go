@@ -79,7 +79,7 @@ json) or Karpenter's InstanceType.DynamicResources in JSON (-o karpenter).`,
 	f.StringVar(&shape.InterfaceID, "interface-id", "", "with --model: interface `ID` of the cards' FIM, 32 hex digits (the interfaceID a running node publishes; fpga-dra-driver discover shows it)")
 	f.BoolVar(&shape.VirtualFunctions, "vf", false, "with --model: every port on its own SR-IOV virtual function")
 	f.StringVar(&root, "root", "", "read the template from the node whose sys/ and dev/ are below DIR (/ on a host, a simulated node's --dir)")
-	f.StringVar(&kernelDriver, "kernel-driver", "auto", "kernel driver of the nodes: auto (the model's first, or detected below --root), dfl or opae")
+	f.StringVar(&kernelDriver, "kernel-driver", "auto", "kernel driver of the nodes: auto (the model's first, or detected below --root), dfl, opae or xrt")
 	f.BoolVar(&programmable, "programmable", true, "the daemon's --programmable on these nodes")
 	f.StringVar(&opts.DriverName, "driver-name", slicetemplate.DefaultDriverName, "the daemon's --driver-name, also the attribute domain")
 	f.StringVar(&opts.NodeName, "node-name", slicetemplate.DefaultNodeName, "node (and pool) name the template's slices carry")

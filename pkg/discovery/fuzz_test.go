@@ -23,7 +23,7 @@ func FuzzScanAttributes(f *testing.F) {
 	c, p := n.Cards[0], n.Cards[0].Ports[0]
 	compat, _ := filepath.Glob(filepath.Join(c.FMEPath, "dfl-fme-region.*", "fpga_region", "region*", "compat_id"))
 	f.Fuzz(func(t *testing.T, dev, id, afu, ifID, errs, portsNum, numa string) {
-		for path, v := range map[string]string{
+		res, err := scanWith(t, n.Root, map[string]string{
 			filepath.Join(p.SysfsPath, "dev"):              dev,
 			filepath.Join(p.SysfsPath, "id"):               id,
 			filepath.Join(p.SysfsPath, "afu_id"):           afu,
@@ -31,12 +31,7 @@ func FuzzScanAttributes(f *testing.F) {
 			filepath.Join(p.SysfsPath, "errors", "errors"): errs,
 			filepath.Join(c.FMEPath, "ports_num"):          portsNum,
 			filepath.Join(c.PCIPath, "numa_node"):          numa,
-		} {
-			if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		res, err := (&discovery.Scanner{Root: n.Root}).Scan()
+		})
 		if err != nil {
 			return
 		}
@@ -54,4 +49,16 @@ func FuzzScanAttributes(f *testing.F) {
 			}
 		}
 	})
+}
+
+// scanWith writes each file's content and scans root, as a fuzz target
+// of the scan does with its inputs.
+func scanWith(t *testing.T, root string, files map[string]string) (*discovery.Result, error) {
+	t.Helper()
+	for path, v := range files {
+		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return (&discovery.Scanner{Root: root}).Scan()
 }

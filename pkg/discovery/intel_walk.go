@@ -17,11 +17,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// known is what a scan learned that stays true while a device exists.
+// known is what a scan of one family learned that stays true while a
+// device exists.
 type known struct {
-	links map[dirKey]string      // class directory entry -> link target
+	links map[dirKey]string      // class or driver directory entry -> link target
 	cards map[dirKey]*cardStatic // FME directory -> the card's fixed fields
 	ports map[dirKey]*portStatic // port directory -> the port's fixed fields
+	// alveo: xocl driver link of a user PF -> the Alveo card's fixed
+	// fields (XRT).
+	alveo map[dirKey]*xrtStatic
 }
 
 // dirKey identifies a directory entry across scans.

@@ -354,36 +354,78 @@ func BenchmarkRescan(b *testing.B) {
 	}, func(s *discovery.Scanner) *discovery.Scanner { return s })
 }
 
-func benchmarkDiscover(b *testing.B, first func(root string) *discovery.Scanner, each func(*discovery.Scanner) *discovery.Scanner) {
-	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
-		for _, cards := range []int{8, 64} {
-			b.Run(fmt.Sprintf("%s-%d", drv, cards), func(b *testing.B) {
-				n := writeNode(b, simnode.Options{Driver: drv, Cards: cards, PortsPerCard: 1})
-				s := first(n.Root)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for b.Loop() {
-					res, err := each(s).Scan()
-					if err != nil || len(res.Cards) != cards {
-						b.Fatalf("scan: %v, %d cards", err, len(res.Cards))
-					}
-				}
-			})
+// benchNode is a simulated node of a benchmark: name says what it holds
+// ("dfl-64": 64 single-port DFL cards, "xrt-64": 64 Alveo cards, U250 and
+// U55C by turns, "dfl-32+xrt-32" both).
+type benchNode struct {
+	name string
+	opts simnode.Options
+}
+
+// benchNodes are the nodes of BenchmarkDiscover, BenchmarkRescan and
+// BenchmarkRefresh64 (those of 64 cards).
+func benchNodes(sizes ...int) []benchNode {
+	alveo := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = []string{"u250", "u55c"}[i%2]
 		}
+		return out
+	}
+	var out []benchNode
+	for _, drv := range []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE} {
+		for _, n := range sizes {
+			out = append(out, benchNode{fmt.Sprintf("%s-%d", drv, n), simnode.Options{Driver: drv, Cards: n, PortsPerCard: 1}})
+		}
+	}
+	for _, n := range sizes {
+		out = append(out, benchNode{fmt.Sprintf("xrt-%d", n), simnode.Options{Alveo: alveo(n)}})
+	}
+	n := sizes[len(sizes)-1] / 2
+	out = append(out, benchNode{fmt.Sprintf("dfl-%d+xrt-%d", n, n), simnode.Options{Driver: discovery.DriverDFL, Cards: n, PortsPerCard: 1, Alveo: alveo(n)}})
+	return out
+}
+
+func benchmarkDiscover(b *testing.B, first func(root string) *discovery.Scanner, each func(*discovery.Scanner) *discovery.Scanner) {
+	for _, bn := range benchNodes(8, 64) {
+		b.Run(bn.name, func(b *testing.B) {
+			n := writeNode(b, bn.opts)
+			cards := len(n.Cards) + len(n.Alveo)
+			s := first(n.Root)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				res, err := each(s).Scan()
+				if err != nil || len(res.Cards) != cards || len(res.Errors) != 0 {
+					b.Fatalf("scan: %v, %d cards, errors %v; want %d cards", err, len(res.Cards), res.Errors, cards)
+				}
+			}
+		})
 	}
 }
 
+// BenchmarkRefresh64 measures the periodic re-read of IDs and health of
+// every card of a 64-card node.
 func BenchmarkRefresh64(b *testing.B) {
-	n := writeNode(b, simnode.Options{Driver: discovery.DriverDFL, Cards: 64, PortsPerCard: 1})
-	s := &discovery.Scanner{Root: n.Root}
-	res, err := s.Scan()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s.Refresh(res)
+	for _, bn := range benchNodes(64) {
+		if strings.HasPrefix(bn.name, "opae") {
+			continue
+		}
+		b.Run(bn.name, func(b *testing.B) {
+			n := writeNode(b, bn.opts)
+			s := &discovery.Scanner{Root: n.Root}
+			res, err := s.Scan()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if next, _ := s.Refresh(res); len(next.Cards) != len(res.Cards) {
+					b.Fatalf("refresh: %d cards, want %d", len(next.Cards), len(res.Cards))
+				}
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,32 +82,54 @@ type dirEntry struct {
 
 // entries lists the directory (unsorted, without . and ..).
 func (d sysDir) entries() ([]dirEntry, error) {
+	var out []dirEntry
+	err := d.eachEntry(func(name []byte, ino uint64) { out = append(out, dirEntry{name: string(name), ino: ino}) })
+	return out, err
+}
+
+// eachEntry calls f with the name and inode number of every entry of the
+// directory (unsorted, without . and ..). name is valid during the call
+// only: a caller looking for a few entries copies those and allocates
+// nothing for the others.
+func (d sysDir) eachEntry(f func(name []byte, ino uint64)) error {
 	fd := d.fd
 	if d.rel != "" {
 		var err error
 		if fd, err = unix.Openat(d.fd, d.rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-			return nil, fmt.Errorf("open %s: %w", d.path, err)
+			return fmt.Errorf("open %s: %w", d.path, err)
 		}
 		defer unix.Close(fd)
 	}
-	var buf [8192]byte
-	var out []dirEntry
+	// name goes to a function the compiler cannot see into, so the buffer
+	// escapes to the heap: pooled, rather than 8 KiB per listing.
+	buf := direntBuffers.Get().(*[8192]byte)
+	defer direntBuffers.Put(buf)
 	for {
 		n, err := unix.Getdents(fd, buf[:])
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", d.path, err)
+			return fmt.Errorf("list %s: %w", d.path, err)
 		}
 		if n <= 0 {
-			return out, nil
+			return nil
 		}
-		out = parseDirents(buf[:n], out)
+		walkDirents(buf[:n], f)
 	}
 }
 
-// parseDirents appends the entries of a getdents64 buffer (struct
-// linux_dirent64: ino u64, off s64, reclen u16, type u8, name NUL-padded)
-// to out, skipping . and .. and stopping at a malformed record.
+// direntBuffers holds getdents buffers for eachEntry.
+var direntBuffers = sync.Pool{New: func() any { return new([8192]byte) }}
+
+// parseDirents appends the entries of a getdents64 buffer to out (see
+// walkDirents).
 func parseDirents(b []byte, out []dirEntry) []dirEntry {
+	walkDirents(b, func(name []byte, ino uint64) { out = append(out, dirEntry{name: string(name), ino: ino}) })
+	return out
+}
+
+// walkDirents calls f for each entry of a getdents64 buffer (struct
+// linux_dirent64: ino u64, off s64, reclen u16, type u8, name NUL-padded),
+// skipping . and .. and stopping at a malformed record.
+func walkDirents(b []byte, f func(name []byte, ino uint64)) {
 	const nameOff = 19
 	for len(b) >= nameOff {
 		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
@@ -120,10 +143,9 @@ func parseDirents(b []byte, out []dirEntry) []dirEntry {
 		}
 		b = b[reclen:]
 		if s := string(name); s != "." && s != ".." && s != "" {
-			out = append(out, dirEntry{name: s, ino: ino})
+			f(name, ino)
 		}
 	}
-	return out
 }
 
 // names lists the directory's entry names (unsorted, without . and ..).

@@ -1,13 +1,13 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -60,19 +60,37 @@ func (xrtFamily) present(root string) bool { return isDir(filepath.Join(root, xr
 // xrtCard is where one card's functions live.
 type xrtCard struct {
 	bdf, user, mgmt string
-	xfpga           []string // /dev/xfpga entries of the user PF's instance
+	// userKey and mgmtKey are the functions' links in the drivers'
+	// directories (mgmtKey is zero without a management PF).
+	userKey, mgmtKey dirKey
+	xfpga            []string // /dev/xfpga entries of the user PF's instance
+}
+
+// xrtStatic is what a card shows that does not change while its user PF
+// stays bound to xocl and its management PF to xclmgmt: read once per
+// binding (a rebind makes new driver links). Values are never modified
+// once stored in a known.
+type xrtStatic struct {
+	mgmtKey dirKey
+	// card holds the PCI IDs, NUMA node, model, shell attributes (platform,
+	// shellTimestamp, serial, logicUUID), legacy name and management node;
+	// its interface IDs and ports are unset.
+	card   Card
+	render DevNode
 }
 
 // scan implements family.
 func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
-	users, err := driverLinks(s.Root, xrtUserDriverDir)
+	old := s.knownOf(DriverXRT)
+	next := &known{links: map[dirKey]string{}, alveo: map[dirKey]*xrtStatic{}}
+	users, err := driverLinks(s.Root, xrtUserDriverDir, old, next)
 	if err != nil {
 		return fmt.Errorf("read the xocl driver directory: %w", err)
 	}
-	mgmts, _ := driverLinks(s.Root, xrtMgmtDriverDir) // a VM may have no management PF
-	mgmtBySlot := map[string]string{}
-	for bdf, dir := range mgmts {
-		mgmtBySlot[pciSlot(bdf)] = dir
+	mgmts, _ := driverLinks(s.Root, xrtMgmtDriverDir, old, next) // a VM may have no management PF
+	mgmtBySlot := map[string]driverLink{}
+	for bdf, l := range mgmts {
+		mgmtBySlot[pciSlot(bdf)] = l
 	}
 	xfpga := xfpgaNodes(s.Root)
 	var cards []xrtCard
@@ -82,7 +100,8 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 			res.Errors = append(res.Errors, fmt.Errorf("xocl device %s: %w", bdf, err))
 			continue
 		}
-		cards = append(cards, xrtCard{bdf: bdf, user: users[bdf], mgmt: mgmtBySlot[pciSlot(bdf)], xfpga: xfpga[inst]})
+		m := mgmtBySlot[pciSlot(bdf)]
+		cards = append(cards, xrtCard{bdf: bdf, user: users[bdf].dir, userKey: users[bdf].key, mgmt: m.dir, mgmtKey: m.key, xfpga: xfpga[inst]})
 	}
 	timeout := s.readTimeout()
 	stuck := s.stuckCards()
@@ -90,6 +109,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 	last := s.last
 	s.mu.Unlock()
 	stall := func(c xrtCard, r stuckRead) {
+		if st := old.alveo[c.userKey]; st != nil {
+			next.alveo[c.userKey] = st
+		}
 		if old := last[c.user]; old != nil {
 			res.Cards = append(res.Cards, stalled(old, r, timeout))
 			return
@@ -105,8 +127,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 		todo = append(todo, c)
 	}
 	type read struct {
-		card *Card
-		err  error
+		card   *Card
+		static *xrtStatic
+		err    error
 	}
 	trackers := make([]*tracker, len(todo))
 	for k := range trackers {
@@ -115,8 +138,12 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 	returned := make([]atomic.Bool, len(todo))
 	results, done, _ := boundedMap(ctx, len(todo), timeout,
 		func(k int) read {
-			c, err := f.read(s.Root, todo[k], trackers[k])
-			return read{c, err}
+			st := old.alveo[todo[k].userKey]
+			if st != nil && st.mgmtKey != todo[k].mgmtKey {
+				st = nil // the management PF was rebound (or came, or went)
+			}
+			c, st, err := f.read(s.Root, todo[k], st, trackers[k])
+			return read{c, st, err}
 		},
 		func(k int, _ read) {
 			returned[k].Store(true)
@@ -131,6 +158,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 			res.Errors = append(res.Errors, results[k].err)
 		case done[k]:
 			res.Cards = append(res.Cards, results[k].card)
+			if st := results[k].static; st != nil {
+				next.alveo[c.userKey] = st
+			}
 		default:
 			r := stuckRead{attr: trackers[k].current(), since: time.Now()}
 			s.setStuck(c.user, r, true)
@@ -140,34 +170,36 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 			stall(c, r)
 		}
 	}
+	s.setKnown(DriverXRT, next)
 	return nil
 }
 
-// read reads one card: its fixed fields, then (check) what can change.
-func (f xrtFamily) read(root string, x xrtCard, tr *tracker) (*Card, error) {
+// read reads one card through its user PF's open directory: its fixed
+// fields unless st has them, then (xrtCheck) what can change. It returns
+// the card and, when every fixed field was there, those fields for the
+// next scan.
+func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *tracker) (*Card, *xrtStatic, error) {
 	d, err := openSysDir(x.user)
 	if err != nil {
-		return nil, fmt.Errorf("card %s: %w", x.bdf, err)
+		return nil, nil, fmt.Errorf("card %s: %w", x.bdf, err)
 	}
 	defer d.close()
 	d = d.tracked(tr)
-	if _, err := d.read("user_pf"); err != nil {
-		return nil, fmt.Errorf("card %s: xocl is bound but it is no user PF: %w", x.bdf, err)
-	}
-	c := &Card{Driver: DriverXRT, PCIAddress: x.bdf, PCIPath: x.user, NUMANode: -1, SocketID: -1, PortsNum: 1, mgmtPath: x.mgmt}
-	c.VendorID, _ = d.read("vendor")
-	c.DeviceID, _ = d.read("device")
-	if v, err := d.read("numa_node"); err == nil {
-		if n, err := strconv.Atoi(v); err == nil {
-			c.NUMANode = n
+	mgmt := mgmtView(d, x.mgmt)
+	keep := st
+	if st == nil {
+		var complete bool
+		if st, complete, err = f.readStatic(root, x, d, mgmt); err != nil {
+			return nil, nil, fmt.Errorf("card %s: %w", x.bdf, err)
+		}
+		if complete {
+			keep = st
 		}
 	}
-	c.Model = modelName(xrtModels, c.VendorID, c.DeviceID)
-	render, err := f.renderNode(root, d)
-	if err != nil {
-		return nil, fmt.Errorf("card %s: %w", x.bdf, err)
-	}
-	p := &Port{Node: render, PCIAddress: x.bdf, PCIPath: x.user, AFUIDFile: x.user + "/xclbinuuid"}
+	c := st.card
+	c.PCIAddress, c.PCIPath, c.mgmtPath = x.bdf, x.user, x.mgmt
+	c.Attributes = slices.Clone(st.card.Attributes)
+	p := &Port{Node: st.render, PCIAddress: x.bdf, PCIPath: x.user, AFUIDFile: x.user + "/xclbinuuid"}
 	for _, name := range x.xfpga {
 		node, err := statNode(root, "/dev/xfpga/"+name)
 		if err != nil {
@@ -176,182 +208,171 @@ func (f xrtFamily) read(root string, x xrtCard, tr *tracker) (*Card, error) {
 		p.ExtraNodes = append(p.ExtraNodes, node)
 	}
 	c.Ports = []*Port{p}
-	var platform, timestamp, serial string
-	if names, err := d.names(); err == nil {
-		sort.Strings(names)
-		for _, n := range names {
-			switch {
-			case strings.HasPrefix(n, "rom.") && platform == "":
-				platform, _ = d.read(n + "/VBNV")
-				timestamp, _ = d.read(n + "/timestamp")
-			case strings.HasPrefix(n, "xmc.") && serial == "":
-				serial, _ = d.read(n + "/serial_num")
-			}
+	xrtCheck(&c, p, d, mgmt)
+	return &c, keep, nil
+}
+
+// readStatic reads the fields of a card that do not change while its
+// functions stay bound (see xrtStatic), and reports whether every one of
+// them was there; mgmt views the management PF's directory.
+func (f xrtFamily) readStatic(root string, x xrtCard, d, mgmt sysDir) (*xrtStatic, bool, error) {
+	// The user PF's listing (some sixty entries) says whether it is one
+	// and names the shell's ROM and the card's management controller (the
+	// first of each, as XRT numbers them).
+	var userPF bool
+	var romDir, xmcDir string
+	err := d.eachEntry(func(name []byte, _ uint64) {
+		switch {
+		case string(name) == "user_pf":
+			userPF = true
+		case bytes.HasPrefix(name, []byte("rom.")) && (romDir == "" || string(name) < romDir):
+			romDir = string(name)
+		case bytes.HasPrefix(name, []byte("xmc.")) && (xmcDir == "" || string(name) < xmcDir):
+			xmcDir = string(name)
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if !userPF {
+		return nil, false, fmt.Errorf("xocl is bound but it is no user PF: %s has no user_pf", d.path)
+	}
+	st := &xrtStatic{mgmtKey: x.mgmtKey}
+	c := &st.card
+	c.Driver, c.NUMANode, c.SocketID, c.PortsNum = DriverXRT, -1, -1, 1
+	complete := true
+	read := func(d sysDir, name string) string {
+		v, err := d.read(name)
+		complete = complete && err == nil
+		return v
+	}
+	c.VendorID, c.DeviceID = read(d, "vendor"), read(d, "device")
+	if v, err := d.read("numa_node"); err == nil {
+		if n, err := strconv.Atoi(v); err == nil {
+			c.NUMANode = n
 		}
 	}
+	c.Model = modelName(xrtModels, c.VendorID, c.DeviceID)
+	if st.render, err = f.renderNode(root, d); err != nil {
+		return nil, false, err
+	}
+	var platform, timestamp, serial string
+	if romDir != "" {
+		platform, timestamp = read(d, romDir+"/VBNV"), read(d, romDir+"/timestamp")
+	}
+	if xmcDir != "" {
+		serial = read(d, xmcDir+"/serial_num")
+	}
+	// The shell's ROM may show late in the driver's probe: look again.
+	complete = complete && romDir != ""
 	if x.mgmt != "" {
-		if m, err := openSysDir(x.mgmt); err == nil {
-			m = m.tracked(tr)
-			if inst, err := m.read("instance"); err == nil {
-				if node, err := statNode(root, "/dev/xclmgmt"+inst); err == nil {
-					c.Management = append(c.Management, node)
-				}
+		var node DevNode
+		inst, err := mgmt.read("instance")
+		if err == nil {
+			if _, err = strconv.ParseUint(inst, 10, 31); err == nil {
+				node, err = statNode(root, "/dev/xclmgmt"+inst)
 			}
-			m.close()
 		}
+		if err == nil {
+			c.Management = []DevNode{node}
+		}
+		complete = complete && err == nil
 	}
 	for _, a := range []struct{ name, value string }{{"platform", platform}, {"shellTimestamp", timestamp}, {"serial", serial}} {
 		if a.value != "" && len(a.value) <= 64 { // an attribute string holds 64 bytes
 			c.Attributes = append(c.Attributes, Attribute{Name: a.name, Value: a.value})
 		}
 	}
-	if logic, err := d.read("logic_uuids"); err == nil {
-		if id, err := CanonicalID(firstLine(logic)); err == nil {
-			c.Attributes = append(c.Attributes, Attribute{Name: "logicUUID", Value: id})
-		}
+	if id, err := CanonicalID(firstLine(read(d, "logic_uuids"))); err == nil {
+		c.Attributes = append(c.Attributes, Attribute{Name: "logicUUID", Value: id})
 	}
-	if platform != "" && timestamp != "" {
-		c.Legacy = Legacy{Resource: "amd.com/" + platform + "-" + timestamp, DeviceID: x.bdf}
+	if name := platform + "-" + timestamp; platform != "" && timestamp != "" && resourceNamePattern.MatchString(name) && len(name) <= 63 {
+		c.Legacy = Legacy{Resource: "amd.com/" + name, DeviceID: x.bdf}
 	}
-	xrtCheck(c, p, d)
-	return c, nil
+	return st, complete, nil
+}
+
+// resourceNamePattern is the name part of an extended resource name (at
+// most 63 characters): a VBNV that does not fit gives the card no AMD name.
+var resourceNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+
+// mgmtView returns a view of the management PF's directory mgmtPath that
+// reads through the user PF's open directory d when the two functions are
+// siblings (functions of one PCI slot are), else a view that reads by the
+// full path; the zero view when the card has no management PF.
+func mgmtView(d sysDir, mgmtPath string) sysDir {
+	if mgmtPath == "" {
+		return sysDir{fd: -1}
+	}
+	if parent, ok := d.ancestor(filepath.Dir(d.path)); ok && filepath.Dir(mgmtPath) == parent.path {
+		return parent.sub(filepath.Base(mgmtPath))
+	}
+	return sysDir{fd: unix.AT_FDCWD, rel: mgmtPath + "/", path: mgmtPath, tr: d.tr}
 }
 
 // renderNode finds the user PF's DRM render node (drm/renderD<N>).
 func (xrtFamily) renderNode(root string, d sysDir) (DevNode, error) {
-	names, err := d.sub("drm").names()
-	if err != nil {
+	var n string
+	err := d.sub("drm").eachEntry(func(name []byte, _ uint64) {
+		if bytes.HasPrefix(name, []byte("renderD")) && (n == "" || string(name) < n) {
+			n = string(name)
+		}
+	})
+	switch {
+	case err != nil:
 		return DevNode{}, fmt.Errorf("no DRM render node: %w", err)
+	case n == "":
+		return DevNode{}, fmt.Errorf("no DRM render node below %s/drm: is the xocl driver fully loaded?", d.path)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		if !strings.HasPrefix(n, "renderD") {
-			continue
-		}
-		mm, err := d.read("drm/" + n + "/dev")
-		if err != nil {
-			return DevNode{}, err
-		}
-		major, minor, err := parseMajorMinor(mm)
-		if err != nil {
-			return DevNode{}, fmt.Errorf("render node %s: %w", n, err)
-		}
-		return DevNode{Name: n, SysfsPath: d.path, Path: "/dev/dri/" + n, HostPath: filepath.Join(root, "dev/dri", n), Major: major, Minor: minor}, nil
-	}
-	return DevNode{}, fmt.Errorf("no DRM render node below %s/drm: is the xocl driver fully loaded?", d.path)
-}
-
-// refresh implements family: the IDs, status and device nodes again.
-func (xrtFamily) refresh(oc *Card, tr *tracker) (*Card, bool) {
-	c := *oc
-	op := *oc.Ports[0]
-	c.Ports = []*Port{&op}
-	d, err := openSysDir(c.PCIPath)
+	mm, err := d.read("drm/" + n + "/dev")
 	if err != nil {
-		op.AFUID = ""
-		op.Health = Health{}
-		op.Health.fail("card-gone", "user PF of card %s is gone: %v", c.PCIAddress, err)
-	} else {
-		xrtCheck(&c, &op, d.tracked(tr))
-		d.close()
+		return DevNode{}, err
 	}
-	changed := c.InterfaceID != oc.InterfaceID || op.AFUID != oc.Ports[0].AFUID || op.Health.String() != oc.Ports[0].Health.String()
-	return &c, changed
+	major, minor, err := parseMajorMinor(mm)
+	if err != nil {
+		return DevNode{}, fmt.Errorf("render node %s: %w", n, err)
+	}
+	return DevNode{Name: n, SysfsPath: d.path, Path: "/dev/dri/" + n, HostPath: filepath.Join(root, "dev/dri", n), Major: major, Minor: minor}, nil
 }
 
-// xrtCheck reads what changes without a hot-plug event (interface UUIDs,
-// loaded xclbin, status) through the user PF's open directory d, and
-// checks the card's health.
-func xrtCheck(c *Card, p *Port, d sysDir) {
-	h := Health{Healthy: true}
-	c.InterfaceID, c.InterfaceIDs = "", nil
-	switch v, err := d.read("interface_uuids"); {
-	case err != nil:
-		h.fail("interface-id-unreadable", "interface_uuids of card %s unreadable: %v: is the shell loaded?", c.PCIAddress, err)
-	default:
-		for _, line := range strings.Fields(v) {
-			id, err := CanonicalID(line)
-			if err != nil {
-				h.fail("interface-id-malformed", "interface_uuids of card %s: %v", c.PCIAddress, err)
-				continue
-			}
-			c.InterfaceIDs = append(c.InterfaceIDs, id)
-		}
-		switch {
-		case len(c.InterfaceIDs) == 0 && len(h.Reasons) == 0:
-			h.fail("interface-id-missing", "interface_uuids of card %s is empty: the shell reports no interface", c.PCIAddress)
-		case len(c.InterfaceIDs) > 0 && c.InterfaceIDs[0] == AllF:
-			h.fail("interface-id-all-f", "interface UUID of card %s is all-f: the shell is unusable", c.PCIAddress)
-		case len(c.InterfaceIDs) > 0 && c.InterfaceIDs[0] == allZero:
-			h.fail("interface-id-all-zero", "interface UUID of card %s is all-zero: the shell is unusable", c.PCIAddress)
-		}
-	}
-	if len(c.InterfaceIDs) > 0 && c.InterfaceIDs[0] != AllF && c.InterfaceIDs[0] != allZero {
-		c.InterfaceID = c.InterfaceIDs[0]
-	}
-	c.Attributes = slices.DeleteFunc(c.Attributes, func(a Attribute) bool { return strings.HasPrefix(a.Name, "interfaceID") })
-	for i, id := range c.InterfaceIDs[min(1, len(c.InterfaceIDs)):] {
-		c.Attributes = append(c.Attributes, Attribute{Name: fmt.Sprintf("interfaceID%d", i+2), Value: id})
-	}
-	p.AFUID = ""
-	switch v, err := d.read("xclbinuuid"); {
-	case err != nil:
-		h.fail("xclbinuuid-unreadable", "xclbinuuid of card %s unreadable: %v", c.PCIAddress, err)
-	case v != "":
-		if id, err := CanonicalID(v); err != nil {
-			h.fail("xclbinuuid-malformed", "xclbinuuid of card %s: %v", c.PCIAddress, err)
-		} else if id != allZero {
-			p.AFUID = id
-		}
-	}
-	if v, err := d.read("ready"); err != nil || (v != "0x1" && v != "1") {
-		h.fail("xrt-not-ready", "card %s is not ready (ready is %q, %v): its management side does not answer", c.PCIAddress, v, err)
-	}
-	if v, err := d.read("dev_offline"); err == nil && v != "0" && v != "0x0" {
-		h.fail("offline", "card %s is offline (dev_offline %s): it is being reset or reflashed", c.PCIAddress, v)
-	}
-	for _, n := range p.Nodes() {
-		checkNode(&h, n)
-	}
-	if c.mgmtPath != "" {
-		if m, err := openSysDir(c.mgmtPath); err != nil {
-			h.fail("mgmt-gone", "management PF of card %s is gone: %v", c.PCIAddress, err)
-		} else {
-			m.tr = d.tr
-			if v, err := m.read("dev_offline"); err == nil && v != "0" && v != "0x0" {
-				h.fail("mgmt-offline", "management PF of card %s is offline (dev_offline %s)", c.PCIAddress, v)
-			}
-			m.close()
-		}
-	}
-	p.Health = h
+// driverLink is a device link in a PCI driver's directory.
+type driverLink struct {
+	key dirKey // the link, as the directory lists it
+	dir string // the device's sysfs directory below the root
 }
-
-// allZero is the ID of nothing.
-const allZero = "00000000000000000000000000000000"
 
 // driverLinks lists a PCI driver directory's device links, by BDF, each
-// resolved to the device's sysfs directory below root.
-func driverLinks(root, dir string) (map[string]string, error) {
+// resolved to the device's sysfs directory below root. Link targets old
+// knows are not read again; every link is noted in next.
+func driverLinks(root, dir string, old, next *known) (map[string]driverLink, error) {
 	full := filepath.Join(root, dir)
-	entries, err := os.ReadDir(full)
+	d, err := openSysDir(full)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	defer d.close()
+	entries, err := d.entries()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]driverLink{}
 	for _, e := range entries {
-		if !strings.Contains(e.Name(), ":") || e.Type()&os.ModeSymlink == 0 {
+		if !strings.Contains(e.name, ":") {
 			continue // bind, unbind, module, new_id ...
 		}
-		target, err := os.Readlink(filepath.Join(full, e.Name()))
-		if err != nil {
-			continue
+		key := dirKey{path: full + "/" + e.name, ino: e.ino}
+		target, ok := old.links[key]
+		if !ok {
+			if target, err = readlinkAt(d.fd, e.name); err != nil {
+				continue // not a link, or gone since the listing
+			}
 		}
+		next.links[key] = target
+		l := driverLink{key: key, dir: filepath.Join(full, target)}
 		if filepath.IsAbs(target) {
-			out[e.Name()] = filepath.Join(root, target)
-		} else {
-			out[e.Name()] = filepath.Join(full, target)
+			l.dir = filepath.Join(root, target)
 		}
+		out[e.name] = l
 	}
 	return out, nil
 }
@@ -359,21 +380,35 @@ func driverLinks(root, dir string) (map[string]string, error) {
 // xfpgaNodes lists /dev/xfpga below root by the user PF instance each
 // entry belongs to ("dma.qdma.u<instance>.0").
 func xfpgaNodes(root string) map[int][]string {
-	entries, err := os.ReadDir(filepath.Join(root, "dev/xfpga"))
+	d, err := openSysDir(filepath.Join(root, "dev/xfpga"))
 	if err != nil {
 		return nil
 	}
+	defer d.close()
 	out := map[int][]string{}
-	for _, e := range entries {
-		for _, part := range strings.Split(e.Name(), ".") {
-			if n, ok := strings.CutPrefix(part, "u"); ok {
-				if inst, err := strconv.Atoi(n); err == nil {
-					out[inst] = append(out[inst], e.Name())
-				}
+	_ = d.eachEntry(func(name []byte, _ uint64) {
+		if inst, ok := xfpgaInstance(name); ok {
+			out[inst] = append(out[inst], string(name))
+		}
+	})
+	for _, names := range out {
+		slices.Sort(names)
+	}
+	return out
+}
+
+// xfpgaInstance returns the user PF instance an xfpga node's name carries
+// in a ".u<instance>" part ("dma.qdma.u257.0"); management nodes carry
+// ".m<instance>" instead.
+func xfpgaInstance(name []byte) (int, bool) {
+	for part := range bytes.SplitSeq(name, []byte(".")) {
+		if len(part) > 1 && part[0] == 'u' {
+			if inst, err := strconv.ParseUint(string(part[1:]), 10, 31); err == nil {
+				return int(inst), true
 			}
 		}
 	}
-	return out
+	return 0, false
 }
 
 // statNode describes the character device at path (as a container sees
@@ -401,11 +436,20 @@ func pciSlot(bdf string) string {
 // pciInstance is XRT's instance number of a function:
 // domain*65536 + bus*256 + device*8 + function.
 func pciInstance(bdf string) (int, error) {
-	var domain, bus, dev, fn int
-	if _, err := fmt.Sscanf(bdf, "%x:%x:%x.%x", &domain, &bus, &dev, &fn); err != nil {
-		return 0, fmt.Errorf("%q is not a PCI address (domain:bus:device.function): %w", bdf, err)
+	domain, rest, ok1 := strings.Cut(bdf, ":")
+	bus, rest, ok2 := strings.Cut(rest, ":")
+	dev, fn, ok3 := strings.Cut(rest, ".")
+	var v [4]uint64
+	for i, f := range []struct {
+		s    string
+		bits int
+	}{{domain, 16}, {bus, 8}, {dev, 5}, {fn, 3}} {
+		var err error
+		if v[i], err = strconv.ParseUint(f.s, 16, f.bits); err != nil || !(ok1 && ok2 && ok3) {
+			return 0, fmt.Errorf("%q is not a PCI address (domain:bus:device.function, hexadecimal, as 0000:3b:00.1)", bdf)
+		}
 	}
-	return domain*65536 + bus*256 + dev*8 + fn, nil
+	return int(v[0]*65536 + v[1]*256 + v[2]*8 + v[3]), nil
 }
 
 func firstLine(s string) string {

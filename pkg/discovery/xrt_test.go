@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -128,6 +130,8 @@ func TestRefreshAlveo(t *testing.T) {
 			func() error { return n.SetAlveoStatus(sc, "interface_uuids", simnode.U250InterfaceID) }},
 		{"render node missing", "device-node-missing",
 			func() error { return os.Rename(sc.RenderPath, sc.RenderPath+".away") }, func() error { return os.Rename(sc.RenderPath+".away", sc.RenderPath) }},
+		{"management PF gone", "mgmt-gone",
+			func() error { return os.Rename(sc.MgmtPath, sc.MgmtPath+".away") }, func() error { return os.Rename(sc.MgmtPath+".away", sc.MgmtPath) }},
 		{"management PF offline", "mgmt-offline",
 			func() error { return os.WriteFile(filepath.Join(sc.MgmtPath, "dev_offline"), []byte("1\n"), 0o644) },
 			func() error { return os.WriteFile(filepath.Join(sc.MgmtPath, "dev_offline"), []byte("0\n"), 0o644) }},
@@ -152,6 +156,83 @@ func TestRefreshAlveo(t *testing.T) {
 				t.Fatalf("after mending: %v, interface %q", h, mended.Cards[0].InterfaceID)
 			}
 		})
+	}
+}
+
+// TestRescanAlveo: a rescan finds what a new scan finds; a shell ROM that
+// shows late is read once it is there, and a card rebound to xocl is read
+// afresh.
+func TestRescanAlveo(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1, Alveo: []string{"u250", "u55c", "u250"}})
+	late, away := filepath.Join(n.Alveo[0].UserPath, "rom.u.0"), filepath.Join(n.Alveo[0].UserPath, "not-yet")
+	if err := os.Rename(late, away); err != nil {
+		t.Fatal(err)
+	}
+	s := &discovery.Scanner{Root: n.Root}
+	first, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := first.Cards[1]; attr(c.Attributes, "platform") != nil || c.Legacy.Resource != "" {
+		t.Fatalf("card without its ROM: attributes %v, legacy %+v", c.Attributes, c.Legacy)
+	}
+	if err := os.Rename(away, late); err != nil {
+		t.Fatal(err)
+	}
+	// Card 2 is rebound with a new shell: its ROM says so.
+	sc := n.Alveo[2]
+	if err := os.WriteFile(filepath.Join(sc.UserPath, "rom.u.0/VBNV"), []byte("xilinx_u250_gen3x16_xdma_shell_4_2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(n.Root, "sys/bus/pci/drivers/xocl", sc.UserAddress)
+	target, err := os.Readlink(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new link (a new inode, as sysfs gives a rebound device's link)
+	// made before the old one goes, so the file system cannot reuse its
+	// inode.
+	if err := os.Symlink(target, link+".new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(link+".new", link); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := scan(t, n.Root)
+	if diff := cmp.Diff(fresh.Cards, again.Cards, cmp.AllowUnexported(discovery.Card{})); diff != "" {
+		t.Fatalf("rescan differs from a new scan (-new +rescan):\n%s", diff)
+	}
+	if got := attr(again.Cards[1].Attributes, "platform"); got != n.Alveo[0].Model.Platform {
+		t.Errorf("late ROM: platform %v, want %s", got, n.Alveo[0].Model.Platform)
+	}
+	if got := attr(again.Cards[3].Attributes, "platform"); got != "xilinx_u250_gen3x16_xdma_shell_4_2" {
+		t.Errorf("rebound card: platform %v, want the new shell's", got)
+	}
+}
+
+// TestRefreshKeepsTheEarlierResult: a refresh that sees new interface
+// UUIDs gives a new card and leaves the earlier result as it was.
+func TestRefreshKeepsTheEarlierResult(t *testing.T) {
+	n := writeNode(t, simnode.Options{Alveo: []string{"u55c"}})
+	s := &discovery.Scanner{Root: n.Root}
+	res, err := s.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const second = "0123456789abcdef0123456789abcdef"
+	if err := n.SetAlveoStatus(n.Alveo[0], "interface_uuids", simnode.U55CInterfaceID+"\n"+second); err != nil {
+		t.Fatal(err)
+	}
+	next, changed := s.Refresh(res)
+	if got := attr(next.Cards[0].Attributes, "interfaceID2"); !changed || got != second {
+		t.Fatalf("refresh: interfaceID2 %v, want %s", got, second)
+	}
+	if got := attr(res.Cards[0].Attributes, "interfaceID2"); got != simnode.U55CSecondInterfaceID {
+		t.Errorf("the earlier result's interfaceID2 became %v, want %s", got, simnode.U55CSecondInterfaceID)
 	}
 }
 

@@ -19,8 +19,10 @@ type CardModel struct {
 	// Drivers are the kernel drivers that can expose the card, the one a
 	// shape gets when it names none first.
 	Drivers []discovery.KernelDriver
-	// VendorID and DeviceID are the PCI IDs of the physical function that
-	// carries the card's management engine ("0x8086", "0x09c4").
+	// VendorID and DeviceID are the PCI IDs of the function the driver
+	// publishes the card by: an Intel card's physical function that
+	// carries its management engine ("0x8086", "0x09c4"), an Alveo card's
+	// user PF ("0x10ee", "0x5005").
 	VendorID, DeviceID string
 	// VFDeviceID is the PCI device ID of the card's SR-IOV virtual
 	// functions; empty when the driver publishes no VF ports for it.
@@ -39,11 +41,18 @@ var models = []CardModel{
 	{Name: "dfl-card", Drivers: dflOnly, VendorID: "0x8086", DeviceID: "0xbcce", VFDeviceID: "0xbccf", PortsPerCard: 1},
 	{Name: "silicom-n5010", Drivers: dflOnly, VendorID: "0x1c2c", DeviceID: "0x1000", PortsPerCard: 1},
 	{Name: "silicom-n5011", Drivers: dflOnly, VendorID: "0x1c2c", DeviceID: "0x1001", PortsPerCard: 1},
+	// Alveo cards (XRT) are named as package simnode's AlveoModels, which
+	// lay each out with the shell AMD ships for it: the shell's platform,
+	// timestamp, logic UUID and further interface UUIDs are the model's,
+	// the first interface UUID is the shape's.
+	{Name: "u250", Drivers: xrtOnly, VendorID: "0x10ee", DeviceID: "0x5005", PortsPerCard: 1},
+	{Name: "u55c", Drivers: xrtOnly, VendorID: "0x10ee", DeviceID: "0x505d", PortsPerCard: 1},
 }
 
 var (
 	dflOrOPAE = []discovery.KernelDriver{discovery.DriverDFL, discovery.DriverOPAE}
 	dflOnly   = []discovery.KernelDriver{discovery.DriverDFL}
+	xrtOnly   = []discovery.KernelDriver{discovery.DriverXRT}
 )
 
 // Models returns every card model a template can describe, in table order.

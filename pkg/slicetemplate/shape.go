@@ -21,12 +21,13 @@ type Shape struct {
 	Model string `json:"model"`
 	// Cards is how many cards of the model a node has.
 	Cards int `json:"cards"`
-	// KernelDriver is the kernel driver of the node image (dfl, opae); the
-	// model's first driver when empty.
+	// KernelDriver is the kernel driver of the node image (dfl, opae, xrt);
+	// the model's first driver when empty.
 	KernelDriver discovery.KernelDriver `json:"kernelDriver,omitempty"`
 	// InterfaceID is the interface ID of the cards' partial-reconfiguration
-	// region, fixed by the FPGA interface manager (FIM) flashed on them
-	// (32 hex digits, dashes allowed).
+	// region, fixed by the FPGA interface manager (FIM) flashed on them, or
+	// on an Alveo card the (first) interface UUID of its shell (32 hex
+	// digits, dashes allowed).
 	InterfaceID string `json:"interfaceID"`
 	// VirtualFunctions puts every port on its own SR-IOV virtual function,
 	// as nodes that enable VFs have them.
@@ -94,9 +95,10 @@ func joinDrivers(ds []discovery.KernelDriver) string {
 }
 
 // WriteNode writes a simulated node of the shape below dir (package
-// simnode's layout of the shape's kernel driver, with the model's PCI IDs):
-// the tree a node of the shape shows the driver. Ports carry simnode's
-// default AFUs.
+// simnode's layout of the shape's kernel driver, with the model's PCI IDs,
+// or simnode's Alveo card of the model): the tree a node of the shape
+// shows the driver. Intel ports carry simnode's default AFUs; Alveo cards
+// no xclbin.
 func WriteNode(dir string, s Shape) (*simnode.Node, error) {
 	m, s, err := s.normalize()
 	if err != nil {
@@ -108,6 +110,9 @@ func WriteNode(dir string, s Shape) (*simnode.Node, error) {
 // writeNode is WriteNode for a normalised shape; regularFiles writes /dev
 // entries as regular files (a template needs no device nodes).
 func writeNode(dir string, m CardModel, s Shape, regularFiles bool) (*simnode.Node, error) {
+	if s.KernelDriver == discovery.DriverXRT {
+		return writeAlveoNode(dir, m, s, regularFiles)
+	}
 	n, err := simnode.Write(dir, simnode.Options{
 		Driver: s.KernelDriver, Cards: s.Cards, PortsPerCard: m.PortsPerCard,
 		VF: s.VirtualFunctions, InterfaceID: s.InterfaceID, RegularFiles: regularFiles,
@@ -133,6 +138,23 @@ func writeNode(dir string, m CardModel, s Shape, regularFiles bool) (*simnode.No
 			if err := setPCIIDs(vf, m.VendorID, m.VFDeviceID); err != nil {
 				return nil, err
 			}
+		}
+	}
+	return n, nil
+}
+
+// writeAlveoNode writes the shape's Alveo cards, each with the shape's
+// interface ID as its shell's first interface UUID.
+func writeAlveoNode(dir string, m CardModel, s Shape, regularFiles bool) (*simnode.Node, error) {
+	n, err := simnode.Write(dir, simnode.Options{Alveo: slices.Repeat([]string{m.Name}, s.Cards), RegularFiles: regularFiles})
+	if err != nil {
+		return nil, fmt.Errorf("write a simulated %s node: %w", m.Name, err)
+	}
+	for _, c := range n.Alveo {
+		ids := slices.Clone(c.Model.InterfaceIDs)
+		ids[0] = s.InterfaceID
+		if err := os.WriteFile(filepath.Join(c.UserPath, "interface_uuids"), []byte(strings.Join(ids, "\n")+"\n"), 0o644); err != nil {
+			return nil, err
 		}
 	}
 	return n, nil

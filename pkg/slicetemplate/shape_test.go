@@ -18,10 +18,12 @@ func TestShapeErrorsNameTheFieldAndTheFix(t *testing.T) {
 		shape Shape
 		want  []string
 	}{
-		{"unknown model", Shape{Model: "u250", Cards: 1, InterfaceID: id}, []string{"model", `"u250"`, "pac-a10", "silicom-n5011"}},
+		{"unknown model", Shape{Model: "u280", Cards: 1, InterfaceID: id}, []string{"model", `"u280"`, "pac-a10", "silicom-n5011", "u250", "u55c"}},
 		{"no cards", Shape{Model: "pac-a10", InterfaceID: id}, []string{"cards 0", "at least 1"}},
 		{"too many cards", Shape{Model: "pac-a10", Cards: 500, InterfaceID: id}, []string{"500"}},
 		{"driver the model lacks", Shape{Model: "silicom-n5010", Cards: 1, KernelDriver: discovery.DriverOPAE, InterfaceID: id}, []string{"kernelDriver", `"opae"`, "dfl"}},
+		{"Intel driver for an Alveo card", Shape{Model: "u250", Cards: 1, KernelDriver: discovery.DriverDFL, InterfaceID: id}, []string{"kernelDriver", `"dfl"`, "xrt"}},
+		{"VFs on an Alveo card", Shape{Model: "u55c", Cards: 1, VirtualFunctions: true, InterfaceID: id}, []string{"virtualFunctions", "false"}},
 		{"VFs the model lacks", Shape{Model: "silicom-n5010", Cards: 1, VirtualFunctions: true, InterfaceID: id}, []string{"virtualFunctions", "false"}},
 		{"no interface ID", Shape{Model: "pac-a10", Cards: 1}, []string{"interfaceID is required", "discover"}},
 		{"bad interface ID", Shape{Model: "pac-a10", Cards: 1, InterfaceID: "69528db6"}, []string{"interfaceID", `"69528db6"`, "32 hex digits"}},

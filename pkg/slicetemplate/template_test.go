@@ -81,7 +81,9 @@ func TestForShapeEveryModel(t *testing.T) {
 								t.Errorf("device %s: %s = %q, want %q", d.Name, name, got, want)
 							}
 						}
-						if a, _ := attr(d, "virtualFunction"); a.BoolValue == nil || *a.BoolValue != vf {
+						if kd == discovery.DriverXRT {
+							checkShell(t, d, simnode.AlveoModels[m.Name])
+						} else if a, _ := attr(d, "virtualFunction"); a.BoolValue == nil || *a.BoolValue != vf {
 							t.Errorf("device %s: virtualFunction = %v, want %v", d.Name, a.BoolValue, vf)
 						}
 						if a, _ := attr(d, draplugin.AttrProgrammable); a.BoolValue == nil || !*a.BoolValue {
@@ -108,6 +110,24 @@ func TestForShapeEveryModel(t *testing.T) {
 	}
 }
 
+// checkShell checks that an Alveo device of a template carries the
+// attributes of the model's shell, its further interface UUIDs included.
+func checkShell(t *testing.T, d resourceapi.Device, m simnode.AlveoModel) {
+	t.Helper()
+	if m.Name == "" {
+		t.Fatalf("device %s: the model is no simulated Alveo model", d.Name)
+	}
+	want := map[string]string{"platform": m.Platform, "shellTimestamp": m.Timestamp, "logicUUID": m.LogicID}
+	for i, id := range m.InterfaceIDs[1:] {
+		want[fmt.Sprintf("interfaceID%d", i+2)] = id
+	}
+	for name, v := range want {
+		if got := stringAttr(t, d, name); got != v {
+			t.Errorf("device %s: %s = %q, want the shell's %q", d.Name, name, got, v)
+		}
+	}
+}
+
 // The guarantee: every device of the template is published on a node of
 // the shape under the same name, in the same order, with every template
 // attribute at the same value.
@@ -116,6 +136,8 @@ func TestForShapeIsWhatTheDriverPublishes(t *testing.T) {
 		{Model: "pac-a10", Cards: 2, InterfaceID: simnode.DefaultInterfaceID},
 		{Model: "pac-d5005", Cards: 4, KernelDriver: discovery.DriverOPAE, InterfaceID: otherInterfaceID, VirtualFunctions: true, Programmable: ptr.To(false)},
 		{Model: "silicom-n5010", Cards: 1, InterfaceID: otherInterfaceID},
+		{Model: "u250", Cards: 2, InterfaceID: simnode.U250InterfaceID},
+		{Model: "u55c", Cards: 3, InterfaceID: otherInterfaceID, Programmable: ptr.To(false)},
 	} {
 		t.Run(s.Model, func(t *testing.T) {
 			tmpl, err := ForShape(s, Options{})

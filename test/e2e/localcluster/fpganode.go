@@ -229,10 +229,13 @@ func (n *FPGANode) Restart(ctx context.Context) error {
 }
 
 // Uevent sends a kernel-format uevent about a sysfs path of the simulated
-// tree to the driver's uevent socket.
-func (n *FPGANode) Uevent(action, sysPath, subsystem string) error {
+// tree to the driver's uevent socket, with further KEY=VALUE fields env.
+func (n *FPGANode) Uevent(action, sysPath, subsystem string, env ...string) error {
 	devpath := strings.TrimPrefix(sysPath, n.Root+"/sys")
 	msg := fmt.Sprintf("%s@%s\x00ACTION=%s\x00DEVPATH=%s\x00SUBSYSTEM=%s\x00", action, devpath, action, devpath, subsystem)
+	for _, kv := range env {
+		msg += kv + "\x00"
+	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -242,6 +245,49 @@ func (n *FPGANode) Uevent(action, sysPath, subsystem string) error {
 		return fmt.Errorf("send uevent: %w", err)
 	}
 	return nil
+}
+
+// AddAlveo hot-plugs one Alveo card per model (simnode.AlveoModels) into
+// the simulated node, beside its Intel cards, as XRT shows them; installs
+// into the node's repository an xclbin of simnode.SampleXclbinUUID for each
+// card's shell; tells the driver with the PCI uevents the kernel sends; and
+// waits until the driver publishes the cards.
+func (n *FPGANode) AddAlveo(ctx context.Context, models ...string) ([]*simnode.AlveoCard, error) {
+	var cards []*simnode.AlveoCard
+	for _, m := range models {
+		c, err := n.Sim.AddAlveo(m)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := program.WriteSimXclbinRepository(filepath.Join(n.Root, "srv/fpga/bitstreams"), c.Model.InterfaceIDs[0], c.Model.Platform,
+			[]string{simnode.SampleXclbinUUID}); err != nil {
+			return nil, err
+		}
+		for _, pf := range []string{c.MgmtPath, c.UserPath} {
+			if err := n.Uevent("add", pf, "pci", "PCI_CLASS=120000", "PCI_SLOT_NAME="+filepath.Base(pf)); err != nil {
+				return nil, err
+			}
+		}
+		cards = append(cards, c)
+	}
+	return cards, n.c.waitFor(ctx, nil, 60*time.Second, func() error {
+		published := map[string]bool{}
+		list, err := n.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.c.NodeName})
+		if err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			for _, d := range s.Spec.Devices {
+				published[d.Name] = s.Spec.Driver == DriverName
+			}
+		}
+		for _, c := range cards {
+			if name := (&discovery.Port{PCIAddress: c.UserAddress}).DeviceName(); !published[name] {
+				return fmt.Errorf("the Alveo card %s (%s) is not published yet", name, c.Model.Name)
+			}
+		}
+		return nil
+	})
 }
 
 // StartController builds and runs fpga-dra-controller as a host process

@@ -1,11 +1,12 @@
 // Command probe is the e2e test workload: it prints what the container sees
-// of FPGAs (every character device in /dev with its numbers, and the FPGA
+// of FPGAs (every character device below /dev with its numbers, and the FPGA
 // environment), one "key=value" line each between BEGIN and END markers,
 // then waits for SIGTERM so the pod stays Running.
 package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,20 +19,18 @@ import (
 
 func main() {
 	fmt.Println("FPGA-PROBE-BEGIN")
-	entries, _ := os.ReadDir("/dev")
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		var st unix.Stat_t
-		p := filepath.Join("/dev", n)
-		if err := unix.Stat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
-			continue
+	// Every character device below /dev, in subdirectories too
+	// (/dev/dri/renderD128, /dev/xfpga/...); links are not followed.
+	_ = filepath.WalkDir("/dev", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeCharDevice == 0 {
+			return nil
 		}
-		fmt.Printf("dev=%s %d:%d\n", p, unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			fmt.Printf("dev=%s %d:%d\n", p, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		return nil
+	})
 	env := os.Environ()
 	sort.Strings(env)
 	for _, e := range env {
