@@ -275,26 +275,17 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 	}
 	entries := b.outcome(claim, out, err)
-	for attempt := 0; ; attempt++ {
-		werr = applyDeviceStatus(ctx, b.Client, claim, b.DriverName, fieldManagerBinding, claim.ResourceVersion, entries)
-		if werr == nil {
-			b.mu.Lock()
-			b.superseded[claim.UID] = claim.ResourceVersion
-			b.mu.Unlock()
-		}
-		if werr == nil || !isConflict(werr) || attempt >= 10 {
-			if werr != nil {
-				logger.Error(werr, "Reporting the programming outcome failed; retrying with backoff (the scheduler gives up at its binding timeout)")
-			}
-			break
-		}
-		// The claim changed: write only while it is still this allocation.
-		fresh, gerr := b.Client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
-		if gerr != nil || fresh.UID != claim.UID || !sameAllocation(fresh, claim) {
-			werr = nil // a new allocation is worked on afresh
-			return
-		}
-		claim = fresh
+	over, werr := writeDeviceStatus(ctx, b.Client, claim, b.DriverName, entries)
+	switch {
+	case errors.Is(werr, errAllocationChanged):
+		werr = nil // a new allocation is worked on afresh
+		return
+	case werr != nil:
+		logger.Error(werr, "Reporting the programming outcome failed; retrying with backoff (the scheduler gives up at its binding timeout)")
+	default:
+		b.mu.Lock()
+		b.superseded[claim.UID] = over
+		b.mu.Unlock()
 	}
 	if err != nil && b.Quarantine != nil {
 		for _, r := range b.waiting(claim) {
@@ -378,11 +369,18 @@ func deviceData(rec state.ClaimRecord, device string, devs *discovery.Result) *D
 }
 
 // sameAllocation reports whether two versions of a claim have the same
-// allocation (the scheduler stamps each allocation).
+// allocation: the same devices, stamped at the same time (the stamp has
+// second granularity, so the devices tell apart two allocations within a
+// second).
 func sameAllocation(a, b *resourceapi.ResourceClaim) bool {
 	if a.Status.Allocation == nil || b.Status.Allocation == nil {
 		return false
 	}
 	ta, tb := a.Status.Allocation.AllocationTimestamp, b.Status.Allocation.AllocationTimestamp
-	return (ta == nil && tb == nil) || (ta != nil && tb != nil && ta.Equal(tb))
+	if (ta == nil) != (tb == nil) || (ta != nil && !ta.Equal(tb)) {
+		return false
+	}
+	return slices.EqualFunc(a.Status.Allocation.Devices.Results, b.Status.Allocation.Devices.Results, func(x, y resourceapi.DeviceRequestAllocationResult) bool {
+		return x.Request == y.Request && x.Driver == y.Driver && x.Pool == y.Pool && x.Device == y.Device
+	})
 }

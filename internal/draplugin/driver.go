@@ -161,6 +161,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.QuarantineTime <= 0 {
 		cfg.QuarantineTime = DefaultQuarantineTime
 	}
+	if err := checkSocketPaths(cfg); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	d := &Driver{cfg: cfg, changed: make(chan struct{}), discovered: make(chan struct{}), published: map[string]bool{}, cancel: cancel, quarantined: map[string]quarantine{}, active: make(chan struct{}), ctx: ctx}
 	d.watcher = &discovery.Watcher{

@@ -36,6 +36,23 @@ func (d *Driver) DRASocket() string {
 	return filepath.Join(d.cfg.PluginDataDir, "dra.sock")
 }
 
+// maxSocketPath is the longest unix socket path bind accepts (sun_path is
+// 108 bytes with the terminating NUL). The kubeletplugin helper accepts
+// 108, so a path of that length fails only at bind, deep in its start.
+const maxSocketPath = 107
+
+// checkSocketPaths refuses a configuration whose sockets could not be
+// created, naming the flag to change.
+func checkSocketPaths(cfg Config) error {
+	d := &Driver{cfg: cfg}
+	for _, s := range []struct{ path, flag string }{{d.RegistrarSocket(), "--registrar-dir"}, {d.DRASocket(), "--plugin-dir"}} {
+		if len(s.path) > maxSocketPath {
+			return fmt.Errorf("socket path %s is %d bytes, longer than the %d a unix socket allows: give %s a shorter directory", s.path, len(s.path), maxSocketPath, s.flag)
+		}
+	}
+	return nil
+}
+
 // Liveness is a grpc.health.v1 service for the kubelet's gRPC liveness
 // probe: it reports SERVING only while the registration socket answers
 // GetInfo and the DRA socket answers a NodePrepareResources call with no

@@ -161,7 +161,7 @@ func (c *Claims) writeReady(ctx context.Context, claim *resourceapi.ResourceClai
 		}
 		entries = append(entries, e)
 	}
-	if err := applyDeviceStatus(ctx, c.Client, claim, c.DriverName, fieldManagerPrepare, "", entries); err != nil {
+	if _, err := writeDeviceStatus(ctx, c.Client, claim, c.DriverName, entries); err != nil && !errors.Is(err, errAllocationChanged) {
 		klog.FromContext(ctx).Error(err, "Reporting the prepared devices in the claim's status failed")
 	}
 }

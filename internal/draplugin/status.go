@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
-	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
@@ -27,13 +27,6 @@ const (
 	ConditionProgrammed        = "programmed"
 	ConditionProgrammingFailed = "programming-failed"
 	ConditionReady             = "Ready"
-)
-
-// Field managers of the status the driver writes: the binding worker's
-// conditions and the prepare's never remove each other's.
-const (
-	fieldManagerBinding = "fpga-dra-driver/binding"
-	fieldManagerPrepare = "fpga-dra-driver/prepare"
 )
 
 // DeviceData is what the driver reports about a device in its claim's
@@ -65,36 +58,74 @@ type deviceStatus struct {
 // qualified is a condition type qualified by the driver name.
 func qualified(driverName, condition string) string { return driverName + "/" + condition }
 
-// applyDeviceStatus writes the driver's entries of a claim's
-// status.devices with server-side apply, as fieldManager. With
-// resourceVersion set, the claim must still be at that version (a
-// programming outcome for an allocation that changed meanwhile is not
-// written); a conflict is retried by the caller.
-func applyDeviceStatus(ctx context.Context, client kubernetes.Interface, claim *resourceapi.ResourceClaim, driverName, fieldManager, resourceVersion string, entries []deviceStatus) error {
-	status := resourceapply.ResourceClaimStatus()
+// errAllocationChanged is returned by writeDeviceStatus when the claim
+// was deallocated or allocated again since the version the entries were
+// made for.
+var errAllocationChanged = errors.New("the claim's allocation changed")
+
+// writeDeviceStatus sets the driver's entries in a claim's status.devices,
+// starting from claim: a condition replaces the one of its type (its
+// transition time kept while its status is unchanged), data replaces the
+// device's data where an entry has some, other drivers' entries and other
+// conditions stay. The write is an update of the status subresource at the
+// version read, so nothing written meanwhile is lost: on a conflict it
+// reads the claim again and retries while the claim keeps the same
+// allocation, else it returns errAllocationChanged. It returns the
+// version it wrote over.
+//
+// Server-side apply is not used: kube-apiserver 1.37 refuses an apply of
+// a claim's status whose allocation carries an opaque config ("may not
+// change status.allocation"), because the apply round trip rewrites the
+// opaque parameters.
+func writeDeviceStatus(ctx context.Context, client kubernetes.Interface, claim *resourceapi.ResourceClaim, driverName string, entries []deviceStatus) (string, error) {
+	claims := client.ResourceV1().ResourceClaims(claim.Namespace)
+	cur := claim
+	for attempt := 0; ; attempt++ {
+		next := cur.DeepCopy()
+		if err := mergeDeviceStatus(next, driverName, entries); err != nil {
+			return "", err
+		}
+		_, err := claims.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			return cur.ResourceVersion, nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 10 {
+			return "", fmt.Errorf("write the status of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		fresh, err := claims.Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("read claim %s/%s again after a conflicting write: %w", claim.Namespace, claim.Name, err)
+		}
+		if fresh.UID != claim.UID || !sameAllocation(fresh, claim) {
+			return "", errAllocationChanged
+		}
+		cur = fresh
+	}
+}
+
+// mergeDeviceStatus sets entries in claim.status.devices (see
+// writeDeviceStatus).
+func mergeDeviceStatus(claim *resourceapi.ResourceClaim, driverName string, entries []deviceStatus) error {
 	for _, e := range entries {
-		d := resourceapply.AllocatedDeviceStatus().WithDriver(driverName).WithPool(e.pool).WithDevice(e.device)
+		i := slices.IndexFunc(claim.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool {
+			return d.Driver == driverName && d.Pool == e.pool && d.Device == e.device && d.ShareID == nil
+		})
+		if i < 0 {
+			claim.Status.Devices = append(claim.Status.Devices, resourceapi.AllocatedDeviceStatus{Driver: driverName, Pool: e.pool, Device: e.device})
+			i = len(claim.Status.Devices) - 1
+		}
+		d := &claim.Status.Devices[i]
 		for _, c := range e.conditions {
-			d = d.WithConditions(metav1apply.Condition().
-				WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).WithMessage(c.Message).
-				WithLastTransitionTime(c.LastTransitionTime).WithObservedGeneration(claim.Generation))
+			c.ObservedGeneration = claim.Generation
+			apimeta.SetStatusCondition(&d.Conditions, c)
 		}
 		if e.data != nil {
 			raw, err := json.Marshal(e.data)
 			if err != nil {
 				return fmt.Errorf("encode device status data: %w", err)
 			}
-			d = d.WithData(runtime.RawExtension{Raw: raw})
+			d.Data = &runtime.RawExtension{Raw: raw}
 		}
-		status = status.WithDevices(d)
-	}
-	apply := resourceapply.ResourceClaim(claim.Name, claim.Namespace).WithStatus(status)
-	if resourceVersion != "" {
-		apply = apply.WithResourceVersion(resourceVersion)
-	}
-	_, err := client.ResourceV1().ResourceClaims(claim.Namespace).ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
-	if err != nil {
-		return fmt.Errorf("write the status of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	return nil
 }
@@ -135,6 +166,3 @@ func failureReason(err error) string {
 	}
 	return "Failed"
 }
-
-// isConflict reports a write refused for a stale resource version.
-func isConflict(err error) bool { return apierrors.IsConflict(err) }

@@ -97,7 +97,11 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	dir := cfg.Dir
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", "fdra-e2e-"); err != nil {
+		// Short: the kubelet's plugin sockets below it must stay within
+		// the 107 bytes of a unix socket path, and the driver's
+		// registration socket for rolling updates is
+		// kubelet/plugins_registry/<driver>-<pod UID>-reg.sock.
+		if dir, err = os.MkdirTemp("", "fdra-"); err != nil {
 			return nil, err
 		}
 	}
