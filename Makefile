@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzParseGBS -fuzztime $(FUZZTIME) ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzParseAOCX -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzParseXclbin -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/program/
+	$(GO) test -run XXX -fuzz FuzzParseSimDelays -fuzztime $(FUZZTIME) ./pkg/program/
 	$(GO) test -run XXX -fuzz FuzzDecodeFpgaConfig -fuzztime $(FUZZTIME) ./api/v1alpha1/
 	$(GO) test -run XXX -fuzz FuzzParseBitstreamRef -fuzztime $(FUZZTIME) ./api/v1alpha1/
 	$(GO) test -run XXX -fuzz FuzzParseManifest -fuzztime $(FUZZTIME) ./pkg/program/oci/

@@ -36,6 +36,8 @@ type runFlags struct {
 	cdiDir, bitstreamDir, bootIDFile string
 	programmer                       string
 	simProgramDelay                  time.Duration
+	simProgramDelays                 string
+	simProgramFail                   []string
 	// The XRT programmer (Alveo cards).
 	xrtToolDir, xrtHostRoot      string
 	xrtTimeout                   time.Duration
@@ -99,6 +101,8 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.bitstreamDir, "bitstream-dir", program.DefaultRepositoryDir, "bitstream repository; claims name files only inside it")
 	fs.StringVar(&f.programmer, "programmer", program.KindAuto, programmerUsage)
 	fs.DurationVar(&f.simProgramDelay, "sim-program-delay", 2*time.Second, "how long the sim programmer takes per region")
+	fs.StringVar(&f.simProgramDelays, "sim-program-delays", "", "the sim programmer's delay per AFU ID, overriding --sim-program-delay: AFUID=DURATION,...")
+	fs.StringSliceVar(&f.simProgramFail, "sim-program-fail", nil, "devices (DRA device names) on which the sim programmer's every programming fails")
 	fs.StringVar(&f.xrtToolDir, "xrt-tool-dir", program.DefaultXRTToolDir, "the host's XRT bin directory, holding xrt-smi (or, before XRT 2.17, xbutil), which loads xclbins on Alveo cards; a path on the host, below --xrt-host-root when that is set")
 	fs.StringVar(&f.xrtHostRoot, "xrt-host-root", "", "where the host's / is mounted when the daemon runs in a container (e.g. /host; its proc must be the host's /proc): the XRT tool then runs chrooted there; empty runs it directly")
 	fs.DurationVar(&f.xrtTimeout, "xrt-timeout", program.DefaultXRTTimeout, "how long one xclbin load through the XRT tool may take before the tool and every process it started are killed")
@@ -157,6 +161,8 @@ func newRunCommand() *cobra.Command {
 		"liveness-address":               "LIVENESS_ADDRESS",
 		"unhealthy-taint-effect":         "UNHEALTHY_TAINT_EFFECT",
 		"sim-program-delay":              "SIM_PROGRAM_DELAY",
+		"sim-program-delays":             "SIM_PROGRAM_DELAYS",
+		"sim-program-fail":               "SIM_PROGRAM_FAIL",
 		"xrt-tool-dir":                   "XRT_TOOL_DIR",
 		"xrt-host-root":                  "XRT_HOST_ROOT",
 		"xrt-timeout":                    "XRT_TIMEOUT",

@@ -54,7 +54,11 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface, metr
 	}
 	opts := []program.ProgrammerOption{program.WithXRT(program.XRTConfig{ToolDir: f.xrtToolDir, HostRoot: f.xrtHostRoot, Timeout: f.xrtTimeout})}
 	if f.programmer == program.KindSim {
-		opts = append(opts, program.WithSimulator(&program.SimProgrammer{Delay: f.simProgramDelay}))
+		delays, err := program.ParseSimDelays(f.simProgramDelays)
+		if err != nil {
+			return nil, fmt.Errorf("--sim-program-delays: %w", err)
+		}
+		opts = append(opts, program.WithSimulator(&program.SimProgrammer{Delay: f.simProgramDelay, Delays: delays, FailDevices: f.simProgramFail}))
 	}
 	prog, err := program.NewProgrammer(f.programmer, opts...)
 	if err != nil {

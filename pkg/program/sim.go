@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -67,6 +69,13 @@ func SimPayload(afuID string, size int) ([]byte, error) {
 type SimProgrammer struct {
 	// Delay is how long each programming takes; ctx cancels the wait.
 	Delay time.Duration
+	// Delays overrides Delay for the AFU IDs (xclbin UUIDs) it names, in
+	// canonical form (32 lowercase hex digits): a slow bitstream.
+	Delays map[string]time.Duration
+	// FailDevices names ports (by DeviceName) on which every programming
+	// fails after its delay, as on a card whose partial reconfiguration
+	// fails.
+	FailDevices []string
 	// Gate, when not nil, holds each Program, after OnStart and Delay,
 	// until it receives a value from Gate or Gate is closed; ctx cancels the
 	// wait. Tests use it instead of timing.
@@ -171,8 +180,8 @@ func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port 
 	if s.OnStart != nil {
 		s.OnStart(card, port)
 	}
-	if s.Delay > 0 {
-		t := time.NewTimer(s.Delay)
+	if delay := s.delay(content); delay > 0 {
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -187,6 +196,9 @@ func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port 
 		case <-s.Gate:
 		}
 	}
+	if slices.Contains(s.FailDevices, port.DeviceName()) {
+		return fmt.Errorf("%w: simulated partial-reconfiguration error on port %s: the port is set to fail (--sim-program-fail)", ErrProgramFailed, port.Node.Name)
+	}
 	if err := s.failure(key); err != nil {
 		return fmt.Errorf("%w: simulated partial-reconfiguration error on port %s: %w", ErrProgramFailed, port.Node.Name, err)
 	}
@@ -194,6 +206,41 @@ func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port 
 		return fmt.Errorf("%w: simulated programming of port %s: %w", ErrProgramFailed, port.Node.Name, err)
 	}
 	return nil
+}
+
+// delay is how long loading the AFU whose AFU ID attribute reads loaded
+// takes.
+func (s *SimProgrammer) delay(loaded string) time.Duration {
+	if d, ok := s.Delays[strings.ReplaceAll(strings.TrimSpace(loaded), "-", "")]; ok {
+		return d
+	}
+	return s.Delay
+}
+
+// ParseSimDelays parses "AFUID=DURATION,..." (the --sim-program-delays
+// flag) into SimProgrammer.Delays.
+func ParseSimDelays(spec string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		id, dur, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("simulated programming delay %q: want AFUID=DURATION, e.g. %s=90s", item, strings.Repeat("0", 32))
+		}
+		canon, err := discovery.CanonicalID(id)
+		if err != nil {
+			return nil, fmt.Errorf("simulated programming delay %q: AFU ID: %w", item, err)
+		}
+		d, err := time.ParseDuration(dur)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("simulated programming delay %q: %q is not a duration such as 90s", item, dur)
+		}
+		out[canon] = d
+	}
+	return out, nil
 }
 
 // simLoaded validates a simulated programming's arguments and returns what

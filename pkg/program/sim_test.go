@@ -293,3 +293,59 @@ func TestWriteSimXclbinRepository(t *testing.T) {
 	_, err = WriteSimXclbinRepository(dir, testXIf, testPlatform, []string{"nope"})
 	wantErr(t, err, "AFU ID", `"nope"`)
 }
+
+// TestSimProgrammerPerAFUDelayAndFailingDevices: Delays holds only the
+// AFU it names (a context that ends cancels that wait, while another AFU
+// loads at once), FailDevices fails only the ports it names.
+func TestSimProgrammerPerAFUDelayAndFailingDevices(t *testing.T) {
+	card := testCard(t, testIf, 2, testAFU2)
+	p0, p1 := card.Ports[0], card.Ports[1]
+	delays, err := ParseSimDelays(" " + testAFU + "=1h,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &SimProgrammer{Delays: delays, FailDevices: []string{p1.DeviceName()}}
+	slow, _ := SimPayload(testAFU, 64)
+	fast, _ := SimPayload(testAFU2, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Program(ctx, card, p0, slow); !errors.Is(err, context.Canceled) {
+		t.Fatalf("slow AFU with an ended context: got %v, want the hour's wait cancelled", err)
+	}
+	if err := s.Program(ctx, card, p0, fast); err != nil {
+		t.Fatalf("an AFU without a delay: %v", err)
+	}
+	err = s.Program(context.Background(), card, p1, fast)
+	if !errors.Is(err, ErrProgramFailed) {
+		t.Fatalf("failing device: got %v, want ErrProgramFailed", err)
+	}
+	wantErr(t, err, "--sim-program-fail")
+	if got := readAFUIDFile(t, p1); got != testAFU2+"\n" {
+		t.Errorf("failed port's afu_id changed to %q", got)
+	}
+	for spec, want := range map[string]string{
+		"nope":            "want AFUID=DURATION",
+		"zz=1s":           "AFU ID",
+		testAFU + "=soon": `"soon" is not a duration`,
+		testAFU + "=-1s":  `"-1s" is not a duration`,
+	} {
+		_, err := ParseSimDelays(spec)
+		wantErr(t, err, want)
+	}
+}
+
+func FuzzParseSimDelays(f *testing.F) {
+	f.Add(testAFU + "=90s," + testAFU2 + "=1m")
+	f.Add("=,")
+	f.Fuzz(func(t *testing.T, spec string) {
+		delays, err := ParseSimDelays(spec)
+		if err != nil {
+			return
+		}
+		for id, d := range delays {
+			if canon, err := discovery.CanonicalID(id); err != nil || canon != id || d < 0 {
+				t.Fatalf("%q gave %q=%v", spec, id, d)
+			}
+		}
+	})
+}

@@ -85,3 +85,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "fpga-dra-driver.certificateName" -}}
 {{- printf "%s-webhook" (include "fpga-dra-driver.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* --sim-program-delays from simulation.programDelays ({afuID: duration}). */}}
+{{- define "fpga-dra-driver.simDelays" -}}
+{{- $items := list -}}
+{{- range $id, $d := . -}}
+{{- $items = append $items (printf "%s=%s" $id $d) -}}
+{{- end -}}
+--sim-program-delays={{ join "," $items }}
+{{- end -}}
