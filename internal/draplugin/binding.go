@@ -26,6 +26,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/reconcile"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 // Binder does a node's work for claims allocated with binding conditions
@@ -289,11 +290,20 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	if err != nil && b.Quarantine != nil {
 		for _, r := range b.waiting(claim) {
-			if slices.ContainsFunc(out.Programmed, func(p state.Programming) bool { return p.Device == r.Device && p.Err != nil }) || len(out.Programmed) == 0 {
+			if slices.ContainsFunc(out.Programmed, func(p state.Programming) bool { return p.Device == r.Device && deviceFault(p.Err) }) {
 				b.Quarantine(r.Device, failureReason(err))
 			}
 		}
 	}
+}
+
+// deviceFault reports a programming error that says something about the
+// device (its partial reconfiguration failed, or what it loaded did not
+// read back), not about the claim's config or bitstream. Only those
+// quarantine a device: else one bad claim, allocated again and again,
+// could take every region of a node out of service.
+func deviceFault(err error) bool {
+	return errors.Is(err, program.ErrProgramFailed) || errors.Is(err, program.ErrVerifyFailed)
 }
 
 // prepare programs the claim's devices before binding, as the kubelet's
@@ -330,13 +340,10 @@ func (b *Binder) outcome(claim *resourceapi.ResourceClaim, out state.Outcome, er
 			continue
 		}
 		reason, msg := "AlreadyLoaded", "the region carries the function already"
-		e.data = deviceData(rec, r.Device, devs)
+		e.data = deviceData(b.Claims.State, rec, r.Device, devs)
 		for _, p := range out.Programmed {
 			if p.Device == r.Device {
 				reason, msg = "Programmed", fmt.Sprintf("loaded %s from %s in %s", p.AFUID, p.Bitstream, p.Duration.Round(time.Millisecond))
-				e.data.ProgrammingSeconds = p.Duration.Seconds()
-				now := metav1.Now()
-				e.data.ProgrammedAt = &now
 			}
 		}
 		e.conditions = []metav1.Condition{
@@ -348,12 +355,19 @@ func (b *Binder) outcome(claim *resourceapi.ResourceClaim, out state.Outcome, er
 	return entries
 }
 
-// deviceData is what the status reports about a device of a record.
-func deviceData(rec state.ClaimRecord, device string, devs *discovery.Result) *DeviceData {
+// deviceData is what the status reports about a device of a record: with
+// when and how long programming ran when this process programmed it for
+// the record.
+func deviceData(st *state.State, rec state.ClaimRecord, device string, devs *discovery.Result) *DeviceData {
 	d := &DeviceData{}
 	for _, r := range rec.Devices {
-		if r.Device == device {
-			d.AFUID, d.Bitstream, d.SHA256 = r.AFUID, r.Bitstream, r.SHA256
+		if r.Device != device {
+			continue
+		}
+		d.AFUID, d.Bitstream, d.SHA256 = r.AFUID, r.Bitstream, r.SHA256
+		if at, took, ok := st.LastProgramming(device, r.AFUID); ok && r.Programmed {
+			d.ProgrammingSeconds = took.Seconds()
+			d.ProgrammedAt = &metav1.Time{Time: at}
 		}
 	}
 	if card, port, ok := devs.FindPort(device); ok {

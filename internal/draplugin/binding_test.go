@@ -368,6 +368,11 @@ func TestBinderProgramsBeforeBinding(t *testing.T) {
 	if !slices.Equal(data.DeviceNodes, []string{"/dev/dfl-port.0"}) || data.ProgrammingSeconds <= 0 || data.ProgrammedAt == nil {
 		t.Fatalf("device data %+v, want the port's device node, how long programming took and when", data)
 	}
+	select {
+	case q := <-bn.quarantines:
+		t.Fatalf("quarantined %+v besides the device fault", q)
+	default:
+	}
 	if calls := bn.Programmer.TotalCalls(); calls != 1 {
 		t.Fatalf("programmed %d times before binding, want once", calls)
 	}
@@ -409,9 +414,11 @@ func TestBinderProgramsBeforeBinding(t *testing.T) {
 }
 
 // TestBinderReportsProgrammingFailure: a failed programming sets the
-// failure condition with a reason the scheduler's user can act on, and
-// quarantines the device: it is tainted in the published slice until
-// QuarantineTime has passed.
+// failure condition with a reason the scheduler's user can act on. A
+// device fault (the programmer failed) quarantines the device: it is
+// tainted in the published slice until QuarantineTime has passed; a fault
+// of the claim (its bitstream is missing) does not, or one bad claim
+// could take every region of a node out of service.
 func TestBinderReportsProgrammingFailure(t *testing.T) {
 	bn := startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 2}, configure: func(c *draplugin.Config) {
 		c.QuarantineTime = time.Second // long enough to see the taint, short enough to see it go
@@ -435,9 +442,12 @@ func TestBinderReportsProgrammingFailure(t *testing.T) {
 		inject error
 		reason string
 		says   string
+		// quarantined: the device is; the case after a case that
+		// must not quarantine must, so that a wrong one is seen.
+		quarantined bool
 	}{
 		{name: "bitstream not in the repository", device: dev0, afu: "44444444444444444444444444444444", reason: "BitstreamNotFound", says: "44444444444444444444444444444444"},
-		{name: "programmer error", device: dev1, afu: NewAFU, inject: fmt.Errorf("injected PR error"), reason: "ProgrammingFailed", says: "injected PR error"},
+		{name: "programmer error", device: dev1, afu: NewAFU, inject: fmt.Errorf("injected PR error"), reason: "ProgrammingFailed", says: "injected PR error", quarantined: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.inject != nil {
@@ -451,6 +461,9 @@ func TestBinderReportsProgrammingFailure(t *testing.T) {
 			}
 			if cond := condition(got, tc.device, conditionProgrammed); cond == nil || cond.Status != metav1.ConditionFalse {
 				t.Fatalf("condition %s: %+v, want False", conditionProgrammed, cond)
+			}
+			if !tc.quarantined {
+				return
 			}
 			if q := <-bn.quarantines; q.device != tc.device || q.reason != tc.reason {
 				t.Fatalf("quarantined %+v, want %s for %s", q, tc.device, tc.reason)

@@ -109,7 +109,7 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			PoolName:     c.PoolName,
 			DeviceName:   d.Device,
 			CDIDeviceIDs: d.CDIDeviceIDs,
-			Metadata:     c.metadata(d.Device, devs),
+			Metadata:     c.metadata(claim.UID, d.Device, devs),
 		})
 	}
 	c.writeReady(ctx, claim, out, devs)
@@ -118,7 +118,7 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 
 // metadata is what a container finds about a device in its metadata file
 // (KEP-5304): the device's published attributes and its nodes.
-func (c *Claims) metadata(device string, devs *discovery.Result) *kubeletplugin.DeviceMetadata {
+func (c *Claims) metadata(uid types.UID, device string, devs *discovery.Result) *kubeletplugin.DeviceMetadata {
 	card, port, ok := devs.FindPort(device)
 	if !ok {
 		return nil
@@ -128,6 +128,11 @@ func (c *Claims) metadata(device string, devs *discovery.Result) *kubeletplugin.
 	attrs := map[string]resourceapi.DeviceAttribute{}
 	for name, a := range deviceOf(card, port, o).Attributes {
 		attrs[strings.TrimPrefix(string(name), c.DriverName+"/")] = a
+	}
+	// What the claim loaded, before a refresh has read it back.
+	rec, _ := c.State.Claim(uid)
+	if afu := deviceData(c.State, rec, device, devs).AFUID; afu != "" {
+		attrs["afuID"] = resourceapi.DeviceAttribute{StringValue: &afu}
 	}
 	var nodes []string
 	for _, n := range port.Nodes() {
@@ -157,7 +162,7 @@ func (c *Claims) writeReady(ctx context.Context, claim *resourceapi.ResourceClai
 		// A device programmed before binding has the binding worker's
 		// data, with how long programming took and when; it stays.
 		if !slices.ContainsFunc(bound, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.Device }) {
-			e.data = deviceData(rec, d.Device, devs)
+			e.data = deviceData(c.State, rec, d.Device, devs)
 		}
 		entries = append(entries, e)
 	}

@@ -155,6 +155,22 @@ type loadedFile struct {
 	afu       string
 	sha256    string
 	reference string
+	// at is when programming ended, took how long it ran.
+	at   time.Time
+	took time.Duration
+}
+
+// LastProgramming reports when this process last loaded afuID into device
+// and how long that took; ok is false when it did not, or loaded
+// something else there since.
+func (s *State) LastProgramming(device, afuID string) (at time.Time, took time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, found := s.loaded[device]
+	if !found || l.afu != afuID || l.at.IsZero() {
+		return time.Time{}, 0, false
+	}
+	return l.at, l.took, true
 }
 
 // Outcome is the result of one Prepare.

@@ -25,8 +25,11 @@ type Chart struct {
 	c        *Cluster
 	rendered string
 	// values is the file of the values for this cluster; the registry
-	// access and the bitstream cache are rendered on top of them.
-	values string
+	// access and the bitstream cache are rendered on top of them, then
+	// override (UpgradeChart) when set.
+	values, override string
+	// imageRef is the image the release runs.
+	imageRef string
 }
 
 // HookDir is the host directory the chart installs the region programming
@@ -71,6 +74,7 @@ kubeletPlugin:
     dir: %s
     writeNode: false
     programDelay: 1s
+    programDelays: {%s: %s}
   extraArgs: ["--refresh-interval=2s"]
   extraEnv:%s
     - {name: UEVENT_SOURCE, value: "unix:%s"}
@@ -80,8 +84,8 @@ controller:
   webhook:
     enabled: false
   extraEnv:%s
-`, repo, tag, c.KubeletRoot, c.CDIDir, filepath.Join(n.Root, "srv/fpga/bitstreams"), ports[0], ports[1], c.HookDir(), n.Root, env, n.uevents, ports[2], env)
-	ch := &Chart{c: c, rendered: filepath.Join(c.Dir, "chart-rendered.yaml"), values: filepath.Join(c.Dir, "chart-values.yaml")}
+`, repo, tag, c.KubeletRoot, c.CDIDir, filepath.Join(n.Root, "srv/fpga/bitstreams"), ports[0], ports[1], c.HookDir(), n.Root, SlowAFUID, SlowProgramming, env, n.uevents, ports[2], env)
+	ch := &Chart{c: c, rendered: filepath.Join(c.Dir, "chart-rendered.yaml"), values: filepath.Join(c.Dir, "chart-values.yaml"), imageRef: imageRef}
 	if err := os.WriteFile(ch.values, []byte(values), 0o644); err != nil {
 		return nil, err
 	}
@@ -111,9 +115,13 @@ func (ch *Chart) apply(ctx context.Context, n *FPGANode) error {
 	if err := os.WriteFile(registryFile, []byte(registry), 0o644); err != nil {
 		return err
 	}
-	helm := exec.CommandContext(ctx, filepath.Join(c.cfg.Repo, "hack/helm.sh"), "template", "fpga-dra-driver",
+	args := []string{"template", "fpga-dra-driver",
 		filepath.Join(c.cfg.Repo, "deployments/helm/fpga-dra-driver"), "--namespace", ChartNamespace, "--include-crds", "--kube-version", "1.37.1",
-		"-f", ch.values, "-f", registryFile)
+		"-f", ch.values, "-f", registryFile}
+	if ch.override != "" {
+		args = append(args, "-f", ch.override)
+	}
+	helm := exec.CommandContext(ctx, filepath.Join(c.cfg.Repo, "hack/helm.sh"), args...)
 	helm.Dir = c.cfg.Repo
 	var stderr strings.Builder
 	helm.Stderr = &stderr
@@ -140,6 +148,12 @@ func (ch *Chart) upgrade(ctx context.Context, n *FPGANode) error {
 	if err := ch.apply(ctx, n); err != nil {
 		return err
 	}
+	return ch.rolledOut(ctx, n)
+}
+
+// rolledOut waits until the DaemonSet has replaced the daemon's pod and
+// the new one registered with the kubelet and published.
+func (ch *Chart) rolledOut(ctx context.Context, n *FPGANode) error {
 	if err := ch.c.kubectl(ctx, "rollout", "status", "daemonset", "--namespace", ChartNamespace,
 		"--selector", "app.kubernetes.io/component=kubeletplugin", "--timeout=120s"); err != nil {
 		return fmt.Errorf("%w; pods: %s", err, ch.c.podSummary(ctx, ChartNamespace))
@@ -148,6 +162,38 @@ func (ch *Chart) upgrade(ctx context.Context, n *FPGANode) error {
 		return err
 	}
 	return n.waitPublished(ctx, nil)
+}
+
+// UpgradeChart starts an upgrade of the chart release, as `helm upgrade`
+// does: to the image tag (the running image tagged anew in containerd, so
+// the DaemonSet rolls out a new pod; empty keeps the image) with values
+// (YAML) on top of the cluster's (replacing an earlier upgrade's). It
+// returns once the new manifests are applied; wait returns once the
+// DaemonSet replaced the daemon's pod and the new one registered and
+// published.
+func (n *FPGANode) UpgradeChart(ctx context.Context, tag, values string) (wait func(context.Context) error, err error) {
+	ch := n.chart
+	if ch == nil {
+		return nil, fmt.Errorf("the driver does not run from the chart")
+	}
+	c := ch.c
+	if tag != "" {
+		repo, _, _ := strings.Cut(ch.imageRef, ":")
+		ref := repo + ":" + tag
+		ctr := exec.CommandContext(ctx, c.bin("ctr"), "--address", c.containerdSock, "-n", "k8s.io", "images", "tag", "--force", ch.imageRef, ref)
+		if b, err := ctr.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("tag %s as %s: %w\n%s", ch.imageRef, ref, err, b)
+		}
+		values = fmt.Sprintf("image: {tag: %q}\n%s", tag, values)
+	}
+	ch.override = filepath.Join(c.Dir, "chart-values-upgrade.yaml")
+	if err := os.WriteFile(ch.override, []byte(values), 0o644); err != nil {
+		return nil, err
+	}
+	if err := ch.apply(ctx, n); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return ch.rolledOut(ctx, n) }, nil
 }
 
 // waitRegistered waits until the daemon's pod registered with the kubelet

@@ -72,6 +72,9 @@ type Cluster struct {
 	containerdSock  string
 	etcdURL         string
 	kubelet         *Process
+	apiServer       *Process
+	// apiServerExtra are further kube-apiserver flags (RestartAPIServer).
+	apiServerExtra []string
 }
 
 // Up starts the cluster and waits until the node is Ready. On failure it
@@ -223,16 +226,18 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	ports, err := freePorts(1)
-	if err != nil {
-		return err
+	if c.Server == "" {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		c.Server = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
 	}
-	port := ports[0]
-	c.Server = fmt.Sprintf("https://127.0.0.1:%d", port)
+	port := strings.TrimPrefix(c.Server, "https://127.0.0.1:")
 	pk := c.pki.path
-	p, err := c.Start("kube-apiserver", c.bin("kube-apiserver"), []string{
+	p, err := c.Start("kube-apiserver", c.bin("kube-apiserver"), append([]string{
 		"--etcd-servers", c.etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", port,
 		"--endpoint-reconciler-type", "none",
 		"--tls-cert-file", pk("apiserver.crt"), "--tls-private-key-file", pk("apiserver.key"),
 		"--client-ca-file", pk("ca.crt"),
@@ -242,10 +247,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--allow-privileged=true",
 		"--cert-dir", filepath.Join(c.Dir, "apiserver-certs"),
-	}, nil)
+	}, c.apiServerExtra...), nil)
 	if err != nil {
 		return err
 	}
+	c.apiServer = p
 	if c.AdminKubeconfig, err = c.pki.kubeconfig("admin", c.Server); err != nil {
 		return err
 	}
@@ -434,6 +440,17 @@ serializeImagePulls: false
 	}
 	c.kubelet = p
 	return c.waitHTTP(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]), nil)
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same
+// address with the flags of the first start and extra (e.g.
+// "--feature-gates=DRADeviceBindingConditions=false"; none restores the
+// first start's), and waits until it is ready. The other components
+// reconnect on their own.
+func (c *Cluster) RestartAPIServer(ctx context.Context, extra ...string) error {
+	c.apiServer.Stop(20 * time.Second)
+	c.apiServerExtra = extra
+	return c.startAPIServer(ctx)
 }
 
 // RestartKubelet stops the kubelet and starts it again with the same

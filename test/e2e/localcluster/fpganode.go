@@ -23,6 +23,14 @@ import (
 // DriverName is the DRA driver name the FPGA node runs with.
 const DriverName = "fpga.dra.dev"
 
+// SlowAFUID is an AFU whose sample bitstream the simulated programmer
+// takes SlowProgramming to load: longer than the kubelet gives a prepare
+// call (45 s).
+const (
+	SlowAFUID       = "5104e2e0b1d1c0de5104e2e0b1d1c0de"
+	SlowProgramming = "50s"
+)
+
 // FPGANode is the driver running as a host process of the cluster's node,
 // on a simulated FPGA tree with the simulated programmer.
 type FPGANode struct {
@@ -80,7 +88,7 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 	}
 	n.Sim = sn
 	if _, err := program.WriteSimRepository(filepath.Join(n.Root, "srv/fpga/bitstreams"), simnode.DefaultInterfaceID,
-		[]string{simnode.SampleAFUID, simnode.DefaultAFUID, simnode.SecondAFUID}); err != nil {
+		[]string{simnode.SampleAFUID, simnode.DefaultAFUID, simnode.SecondAFUID, SlowAFUID}); err != nil {
 		return nil, err
 	}
 	n.args = []string{
@@ -93,7 +101,7 @@ func (c *Cluster) StartFPGANode(ctx context.Context) (*FPGANode, error) {
 		"--cdi-dir", c.CDIDir,
 		"--bitstream-dir", filepath.Join(n.Root, "srv/fpga/bitstreams"),
 		"--bitstream-cache-dir", n.CacheDir,
-		"--programmer", "sim", "--sim-program-delay", "1s",
+		"--programmer", "sim", "--sim-program-delay", "1s", "--sim-program-delays", SlowAFUID + "=" + SlowProgramming,
 		"--uevent-source", "unix:" + n.uevents,
 		"--refresh-interval", "2s",
 		"--pod-resources-socket", filepath.Join(c.KubeletRoot, "pod-resources/kubelet.sock"),

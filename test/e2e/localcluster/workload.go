@@ -18,6 +18,9 @@ import (
 type ProbeView struct {
 	Devices map[string]string
 	Env     map[string]string
+	// Metadata maps the device metadata files the container has to
+	// their JSON.
+	Metadata map[string]string
 }
 
 // WaitPodRunning waits until the pod runs, or fails with the pod's last
@@ -90,7 +93,7 @@ func parseProbeLog(path string) (*ProbeView, bool) {
 		return nil, false
 	}
 	defer f.Close()
-	v := &ProbeView{Devices: map[string]string{}, Env: map[string]string{}}
+	v := &ProbeView{Devices: map[string]string{}, Env: map[string]string{}, Metadata: map[string]string{}}
 	in, done := false, false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -107,6 +110,9 @@ func parseProbeLog(path string) (*ProbeView, bool) {
 		case in && strings.HasPrefix(text, "dev="):
 			dev, nums, _ := strings.Cut(strings.TrimPrefix(text, "dev="), " ")
 			v.Devices[dev] = nums
+		case in && strings.HasPrefix(text, "meta="):
+			path, doc, _ := strings.Cut(strings.TrimPrefix(text, "meta="), " ")
+			v.Metadata[path] = doc
 		case in && strings.HasPrefix(text, "env="):
 			k, val, _ := strings.Cut(strings.TrimPrefix(text, "env="), "=")
 			v.Env[k] = val
