@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e cluster-binaries registry e2e-autoscale autoscaler-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench cluster-binaries registry e2e-autoscale autoscaler-binaries clean
 
 all: build
 
@@ -98,6 +98,13 @@ demo-down:
 e2e: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
 	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -p 1 -count=1 -timeout 20m -v ./test/e2e/...
+
+# Benchmarks on the real local cluster (what binding conditions add to
+# scheduling latency); not part of CI.
+E2E_BENCHTIME ?= 20x
+e2e-bench: images
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
+	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -count=1 -timeout 30m -run XXX -bench BindingLatency -benchtime $(E2E_BENCHTIME) -benchmem ./test/e2e/
 
 # Karpenter core with the kwok provider and FPGA instance types
 # (test/e2e/autoscale/provider, its own module, built with Go 1.27.3 fetched

@@ -41,7 +41,7 @@ type claimLog struct {
 	seen map[string][]string // claim name -> "device condition=status reason"
 }
 
-func watchClaims(t *testing.T, ns string) *claimLog {
+func watchClaims(t testing.TB, ns string) *claimLog {
 	t.Helper()
 	w, err := cluster.Client.ResourceV1().ResourceClaims(ns).Watch(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -78,7 +78,7 @@ func (l *claimLog) of(claim string) []string {
 
 // prepareWarnings lists the Warning events about a pod's and its claim's
 // preparation: what a user sees when prepare fails or times out.
-func prepareWarnings(t *testing.T, ns string) []string {
+func prepareWarnings(t testing.TB, ns string) []string {
 	t.Helper()
 	list, err := cluster.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -118,7 +118,7 @@ func conditionTrue(d *resourceapi.AllocatedDeviceStatus, typ string) bool {
 
 // waitDeviceReady waits until the claim's status shows the device Ready,
 // and returns the claim.
-func waitDeviceReady(t *testing.T, ns, name, device string) *resourceapi.ResourceClaim {
+func waitDeviceReady(t testing.TB, ns, name, device string) *resourceapi.ResourceClaim {
 	t.Helper()
 	var claim *resourceapi.ResourceClaim
 	eventually(t, "claim "+name+" shows "+device+" Ready", 30*time.Second, func() bool {
@@ -129,7 +129,7 @@ func waitDeviceReady(t *testing.T, ns, name, device string) *resourceapi.Resourc
 	return claim
 }
 
-func statusData(t *testing.T, d *resourceapi.AllocatedDeviceStatus) draplugin.DeviceData {
+func statusData(t testing.TB, d *resourceapi.AllocatedDeviceStatus) draplugin.DeviceData {
 	t.Helper()
 	var data draplugin.DeviceData
 	if d == nil || d.Data == nil {
@@ -162,7 +162,7 @@ func bindingConditionsPublished(ctx context.Context) (with, without int) {
 
 // waitBindingConditions waits until every programmable device carries the
 // binding conditions (on) or none does (off).
-func waitBindingConditions(t *testing.T, on bool) {
+func waitBindingConditions(t testing.TB, on bool) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("binding conditions published: %v", on), 60*time.Second, func() bool {
 		with, without := bindingConditionsPublished(context.Background())
@@ -175,7 +175,7 @@ func waitBindingConditions(t *testing.T, on bool) {
 
 // deletePod deletes a pod and waits until its generated claim is gone
 // (unprepared and deallocated: its device is free again).
-func deletePod(t *testing.T, ns, name string) {
+func deletePod(t testing.TB, ns, name string) {
 	t.Helper()
 	ctx := context.Background()
 	pod, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -199,7 +199,7 @@ func deletePod(t *testing.T, ns, name string) {
 }
 
 // freeProgrammable lists the programmable devices no claim holds, by name.
-func freeProgrammable(t *testing.T) []string {
+func freeProgrammable(t testing.TB) []string {
 	t.Helper()
 	list, err := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock")).List(context.Background())
 	if err != nil {
@@ -215,7 +215,7 @@ func freeProgrammable(t *testing.T) []string {
 	return out
 }
 
-func holderOf(t *testing.T, device string) string {
+func holderOf(t testing.TB, device string) string {
 	t.Helper()
 	list, err := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock")).List(context.Background())
 	if err != nil {
@@ -400,7 +400,7 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 // setAPIServerBindingConditions restarts the API server with the
 // DRADeviceBindingConditions feature on or off, then the daemon, which
 // looks at start whether the API server keeps binding conditions.
-func setAPIServerBindingConditions(t *testing.T, on bool) {
+func setAPIServerBindingConditions(t testing.TB, on bool) {
 	t.Helper()
 	ctx := context.Background()
 	var extra []string
@@ -416,7 +416,7 @@ func setAPIServerBindingConditions(t *testing.T, on bool) {
 }
 
 // checkMetadata checks the container's metadata file of its FPGA request.
-func checkMetadata(t *testing.T, view *localcluster.ProbeView, device, afuID string) {
+func checkMetadata(t testing.TB, view *localcluster.ProbeView, device, afuID string) {
 	t.Helper()
 	var paths []string
 	for p := range view.Metadata {
@@ -451,7 +451,7 @@ func checkMetadata(t *testing.T, view *localcluster.ProbeView, device, afuID str
 
 // watchSliceDeletes counts deletions of the node's ResourceSlices from
 // now; the returned func stops and reports.
-func watchSliceDeletes(t *testing.T) func() int {
+func watchSliceDeletes(t testing.TB) func() int {
 	t.Helper()
 	w, err := cluster.Client.ResourceV1().ResourceSlices().Watch(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + cluster.NodeName})
 	if err != nil {

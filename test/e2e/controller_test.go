@@ -153,7 +153,7 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 }
 
 // acceleratorFunctions is a client of the cluster's AcceleratorFunctions.
-func acceleratorFunctions(t *testing.T) dynamic.ResourceInterface {
+func acceleratorFunctions(t testing.TB) dynamic.ResourceInterface {
 	t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", cluster.AdminKubeconfig)
 	if err != nil {
@@ -199,7 +199,7 @@ const badAFUConfig = `{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig",
 // ResourceClaims that configure this driver, both until the test ends. It
 // returns once the API server denies a bad config: from then on every
 // claim passes the webhook.
-func startWebhook(t *testing.T) {
+func startWebhook(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	repo, err := filepath.Abs("../..")

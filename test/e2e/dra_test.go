@@ -31,7 +31,7 @@ const attrs = `device.attributes["` + driverName + `"]`
 
 // deviceClass creates (or replaces) a DeviceClass of this driver with an
 // extra CEL condition.
-func deviceClass(t *testing.T, name, cel string) {
+func deviceClass(t testing.TB, name, cel string) {
 	t.Helper()
 	ctx := context.Background()
 	expr := fmt.Sprintf("device.driver == %q", driverName)
@@ -51,7 +51,7 @@ func deviceClass(t *testing.T, name, cel string) {
 	})
 }
 
-func opaque(t *testing.T, cfg any) []resourceapi.DeviceClaimConfiguration {
+func opaque(t testing.TB, cfg any) []resourceapi.DeviceClaimConfiguration {
 	t.Helper()
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -69,7 +69,7 @@ func fpgaConfig(c v1alpha1.FpgaConfig) v1alpha1.FpgaConfig {
 
 // claimTemplate creates a ResourceClaimTemplate asking for one device of
 // class with optional configs.
-func claimTemplate(t *testing.T, ns, name, class string, configs []resourceapi.DeviceClaimConfiguration) {
+func claimTemplate(t testing.TB, ns, name, class string, configs []resourceapi.DeviceClaimConfiguration) {
 	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -84,7 +84,7 @@ func claimTemplate(t *testing.T, ns, name, class string, configs []resourceapi.D
 }
 
 // probePod creates a pod running the probe with a claim from template.
-func probePod(t *testing.T, ns, name, template string) {
+func probePod(t testing.TB, ns, name, template string) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -105,7 +105,7 @@ func probePod(t *testing.T, ns, name, template string) {
 
 // runningProbe waits for the pod and returns what its container saw, and
 // the device its claim got.
-func runningProbe(t *testing.T, ns, name string) (*localcluster.ProbeView, string, *resourceapi.ResourceClaim) {
+func runningProbe(t testing.TB, ns, name string) (*localcluster.ProbeView, string, *resourceapi.ResourceClaim) {
 	t.Helper()
 	ctx := context.Background()
 	pod, err := cluster.WaitPodRunning(ctx, ns, name, 90*time.Second)
@@ -126,7 +126,7 @@ func runningProbe(t *testing.T, ns, name string) (*localcluster.ProbeView, strin
 	return view, device, claim
 }
 
-func podClaim(t *testing.T, pod *corev1.Pod) *resourceapi.ResourceClaim {
+func podClaim(t testing.TB, pod *corev1.Pod) *resourceapi.ResourceClaim {
 	t.Helper()
 	for _, s := range pod.Status.ResourceClaimStatuses {
 		if s.ResourceClaimName != nil {
@@ -154,7 +154,7 @@ func fpgaDevices(v *localcluster.ProbeView) []string {
 }
 
 // portOf maps a published device name to the simulated port.
-func portOf(t *testing.T, device string) *simnode.Port {
+func portOf(t testing.TB, device string) *simnode.Port {
 	t.Helper()
 	for _, c := range node.Sim.Cards {
 		for _, p := range c.Ports {
@@ -180,7 +180,7 @@ func sliceAFU(ctx context.Context, device string) string {
 }
 
 // eventually polls cond (state owned by other processes) until it holds.
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+func eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -304,13 +304,13 @@ func Test4CompetingPods(t *testing.T) {
 }
 
 // programmedEvents counts Programmed events on a claim.
-func programmedEvents(t *testing.T, claim *resourceapi.ResourceClaim) int {
+func programmedEvents(t testing.TB, claim *resourceapi.ResourceClaim) int {
 	t.Helper()
 	return len(claimEvents(t, claim, func(e eventsv1.Event) bool { return e.Reason == "Programmed" }))
 }
 
 // claimEvents returns the notes of the events about claim that match.
-func claimEvents(t *testing.T, claim *resourceapi.ResourceClaim, match func(eventsv1.Event) bool) []string {
+func claimEvents(t testing.TB, claim *resourceapi.ResourceClaim, match func(eventsv1.Event) bool) []string {
 	t.Helper()
 	list, err := cluster.Client.EventsV1().Events(claim.Namespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -386,7 +386,7 @@ func Test6UnderstandableFailures(t *testing.T) {
 
 // waitNoPods waits until the e2e namespaces hold no pods, so that every
 // claim was unprepared by the DRA driver before it goes away.
-func waitNoPods(t *testing.T) {
+func waitNoPods(t testing.TB) {
 	t.Helper()
 	eventually(t, "e2e pods gone", 120*time.Second, func() bool {
 		pods, err := cluster.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
@@ -472,7 +472,7 @@ func Test7DevicePluginMode(t *testing.T) {
 // runResourcePod runs a probe pod whose container asks for one of an
 // extended resource, as pod specs written for a device plugin do, and
 // returns the running pod and what its container saw.
-func runResourcePod(t *testing.T, ns, name, extendedResource string) (*corev1.Pod, *localcluster.ProbeView) {
+func runResourcePod(t testing.TB, ns, name, extendedResource string) (*corev1.Pod, *localcluster.ProbeView) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{

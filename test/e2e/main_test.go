@@ -96,7 +96,7 @@ func TestMain(m *testing.M) {
 
 // requireCluster skips without a cluster (with the reason) and fails when
 // the cluster could not be set up.
-func requireCluster(t *testing.T) {
+func requireCluster(t testing.TB) {
 	t.Helper()
 	if !enabled() {
 		t.Skip("end-to-end test: needs a local cluster; run `make e2e` (FPGA_DRA_E2E=1 with the binaries from hack/e2e/build-cluster-binaries.sh)")
@@ -121,7 +121,7 @@ func nodeSlices(ctx context.Context) ([]resourceapi.ResourceSlice, error) {
 }
 
 // namespace creates a namespace with its default service account.
-func namespace(t *testing.T, name string) string {
+func namespace(t testing.TB, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {

@@ -46,7 +46,7 @@ type pushed struct {
 // repoTag with `fpga-dra-driver bitstream push`, the CLI an administrator
 // runs, with flags (credentials, CA); a registry without TLS is reached over
 // plain HTTP.
-func pushBitstream(t *testing.T, reg *registrytest.Registry, afu, repoTag string, flags ...string) pushed {
+func pushBitstream(t testing.TB, reg *registrytest.Registry, afu, repoTag string, flags ...string) pushed {
 	t.Helper()
 	paths, err := program.WriteSimRepository(t.TempDir(), simnode.DefaultInterfaceID, []string{afu})
 	if err != nil {
@@ -77,7 +77,7 @@ func pushBitstream(t *testing.T, reg *registrytest.Registry, afu, repoTag string
 
 // setRegistryAccess gives the node's driver a (an upgrade of the chart
 // release with new values) and waits until the new daemon runs.
-func setRegistryAccess(t *testing.T, a localcluster.RegistryAccess) {
+func setRegistryAccess(t testing.TB, a localcluster.RegistryAccess) {
 	t.Helper()
 	start := time.Now()
 	node.UseRegistry(a)
@@ -89,7 +89,7 @@ func setRegistryAccess(t *testing.T, a localcluster.RegistryAccess) {
 }
 
 // generatedClaim waits for the claim generated for a pod's template.
-func generatedClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
+func generatedClaim(t testing.TB, ns, name string) *resourceapi.ResourceClaim {
 	t.Helper()
 	var pod *corev1.Pod
 	eventually(t, "pod "+name+" has its claim", 60*time.Second, func() bool {
@@ -110,7 +110,7 @@ func generatedClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
 
 // claimWarning waits until the driver records on the pod's claim a warning
 // that contains every string of want, and returns it; the pod must not run.
-func claimWarning(t *testing.T, ns, pod string, want ...string) string {
+func claimWarning(t testing.TB, ns, pod string, want ...string) string {
 	t.Helper()
 	claim := generatedClaim(t, ns, pod)
 	deadline := time.Now().Add(90 * time.Second)
@@ -145,7 +145,7 @@ func containsAll(s string, subs []string) bool {
 // programmedFrom waits for the pod and checks that its region was
 // programmed with afu from ref: the container sees afu, the region reports
 // it, and the claim's Programmed event names ref.
-func programmedFrom(t *testing.T, ns, pod, afu, ref string) {
+func programmedFrom(t testing.TB, ns, pod, afu, ref string) {
 	t.Helper()
 	view, device, claim := runningProbe(t, ns, pod)
 	if view.Env["FPGA_AFU_IDS"] != afu {

@@ -32,7 +32,7 @@ var (
 
 // mixedNode adds the Alveo cards once and returns them: the U250, then
 // the U55C.
-func mixedNode(t *testing.T) []*simnode.AlveoCard {
+func mixedNode(t testing.TB) []*simnode.AlveoCard {
 	t.Helper()
 	requireCluster(t)
 	alveoOnce.Do(func() {
@@ -65,7 +65,7 @@ func fpgaNodes(devices map[string]string) []string {
 }
 
 // publishedDevices returns the node's devices of this driver by name.
-func publishedDevices(t *testing.T) map[string]resourceapi.Device {
+func publishedDevices(t testing.TB) map[string]resourceapi.Device {
 	t.Helper()
 	slices, err := nodeSlices(context.Background())
 	if err != nil {
