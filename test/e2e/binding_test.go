@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -362,9 +361,7 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 		t.Errorf("claim status data %+v: want AFU %s, interface %s, programming >= %s, its time, the bitstream and its sha256", data, localcluster.SlowAFUID, simnode.DefaultInterfaceID, localcluster.SlowProgramming)
 	}
 	if b, err := yaml.Marshal(slowClaim); err == nil {
-		path := filepath.Join(cluster.Dir, "claim-programmed-before-binding.yaml")
-		_ = os.WriteFile(path, b, 0o644)
-		t.Logf("the slow claim (kubectl get resourceclaim -o yaml) is in %s", path)
+		t.Logf("the slow claim, as kubectl get resourceclaim -o yaml shows it:\n%s", b)
 	}
 	for _, p := range []string{"holder", "retry", "slow"} {
 		deletePod(t, ns, p)
