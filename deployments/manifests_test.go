@@ -199,10 +199,12 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 		t.Errorf("ValidatingAdmissionPolicyBinding = %+v", binding.Spec)
 	}
 
-	// The node's RBAC: granular claim-status authorization for this driver.
+	// The node's RBAC: granular claim-status authorization for this
+	// driver; the status is updated, never patched.
 	nodeRole := findOne[*rbacv1.ClusterRole](t, objs, nodeSA)
 	if !allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/driver", "associated-node:update", "fpga.dra.dev") ||
-		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/driver", "associated-node:patch", "fpga.dra.dev") ||
+		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/status", "update", "") ||
+		allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims/status", "patch", "") ||
 		!allows(nodeRole.Rules, "resource.k8s.io", "resourceslices", "create", "") ||
 		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "get", "") ||
 		!allows(nodeRole.Rules, "resource.k8s.io", "resourceclaims", "watch", "") ||
