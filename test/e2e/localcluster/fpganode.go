@@ -25,11 +25,18 @@ const DriverName = "fpga.dra.dev"
 
 // SlowAFUID is an AFU whose sample bitstream the simulated programmer
 // takes SlowProgramming to load: longer than the kubelet gives a prepare
-// call (45 s).
-const (
-	SlowAFUID       = "5104e2e0b1d1c0de5104e2e0b1d1c0de"
-	SlowProgramming = "50s"
-)
+// call (45 s). FPGA_DRA_E2E_SLOW_PROGRAMMING (a duration) sets it, e.g. to
+// 2m for the scheduler's side of the limit.
+const SlowAFUID = "5104e2e0b1d1c0de5104e2e0b1d1c0de"
+
+var SlowProgramming = func() string {
+	if v := os.Getenv("FPGA_DRA_E2E_SLOW_PROGRAMMING"); v != "" {
+		if _, err := time.ParseDuration(v); err == nil {
+			return v
+		}
+	}
+	return "50s"
+}()
 
 // FPGANode is the driver running as a host process of the cluster's node,
 // on a simulated FPGA tree with the simulated programmer.
