@@ -49,7 +49,7 @@ func TestAddFPGADevices(t *testing.T) {
 
 func TestAddFPGADevicesErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
-		{`[{"name": "f1", "fpga": {"model": "u250", "cards": 1, "interfaceID": "69528db6eb31577a8c3668f9faa081f6"}}]`, `instance type "f1": fpga: model: model "u250"`},
+		{`[{"name": "f1", "fpga": {"model": "u999", "cards": 1, "interfaceID": "69528db6eb31577a8c3668f9faa081f6"}}]`, `instance type "f1": fpga: model: model "u999"`},
 		{`[{"name": "f1", "fpga": {"model": "pac-a10", "cards": 1}}]`, `instance type "f1": fpga: interfaceID is required`},
 		{`[{"name": "f2", "fpga": {"model": "pac-a10", "cards": 1, "interfaceID": "69528db6eb31577a8c3668f9faa081f6"}}]`, `"f2" has an fpga shape but kwok did not construct it`},
 		{`{}`, "cannot unmarshal"},
