@@ -178,7 +178,9 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 	var bs *program.Bitstream
 	var err error
 	if cfg.Bitstream != "" {
-		bs, err = s.cfg.Repository.FindByName(cfg.Bitstream, card.InterfaceID)
+		// Load checks the format against the card's family, then the
+		// interface: a file of the other family is a format mismatch.
+		bs, err = s.cfg.Repository.FindByName(cfg.Bitstream, "")
 		if err == nil && bs.AFUID != cfg.AFUID {
 			err = fmt.Errorf("%w: bitstream %s carries AFU %s, not the config's afuID %s", program.ErrInvalidBitstream, cfg.Bitstream, bs.AFUID, cfg.AFUID)
 		}
