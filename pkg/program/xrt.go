@@ -163,8 +163,12 @@ func findXRTTool(root, dir string) (string, error) {
 		}
 		tried = append(tried, fmt.Sprintf("%s (%v)", filepath.Join(root, p), err))
 	}
-	return "", fmt.Errorf("%w: no XRT tool to load the xclbin with: tried %s: install XRT on the host or point the XRT tool directory at its bin directory: %w",
-		ErrProgramFailed, strings.Join(tried, ", "), os.ErrNotExist)
+	fix := "install XRT on the host or point the XRT tool directory (--xrt-tool-dir) at its bin directory"
+	if root == "" {
+		fix += "; when the driver runs in a container, mount the host's / into it and name the mount with --xrt-host-root (chart: kubeletPlugin.xrt.hostRoot=/host)"
+	}
+	return "", fmt.Errorf("%w: no XRT tool to load the xclbin with: tried %s: %s: %w",
+		ErrProgramFailed, strings.Join(tried, ", "), fix, os.ErrNotExist)
 }
 
 // statInRoot checks that p, resolved with root as "/", is an executable
