@@ -356,8 +356,8 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 		t.Errorf("claim status of %s: %s not True: %+v", slowDevice, condProgrammed, st.Conditions)
 	}
 	data := statusData(t, st)
-	if min, _ := time.ParseDuration(localcluster.SlowProgramming); data.AFUID != localcluster.SlowAFUID || data.InterfaceID != simnode.DefaultInterfaceID ||
-		data.ProgrammingSeconds < min.Seconds() || data.ProgrammedAt == nil || data.SHA256 == "" || data.Bitstream == "" {
+	if least, _ := time.ParseDuration(localcluster.SlowProgramming); data.AFUID != localcluster.SlowAFUID || data.InterfaceID != simnode.DefaultInterfaceID ||
+		data.ProgrammingSeconds < least.Seconds() || data.ProgrammedAt == nil || data.SHA256 == "" || data.Bitstream == "" {
 		t.Errorf("claim status data %+v: want AFU %s, interface %s, programming >= %s, its time, the bitstream and its sha256", data, localcluster.SlowAFUID, simnode.DefaultInterfaceID, localcluster.SlowProgramming)
 	}
 	if b, err := yaml.Marshal(slowClaim); err == nil {
