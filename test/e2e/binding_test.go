@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -261,15 +262,40 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 	claimTemplate(t, ns, "slow", "e2e-bind-region", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: localcluster.SlowAFUID})))
 	claimTemplate(t, ns, "default", "e2e-bind-default", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: simnode.DefaultAFUID, Programming: v1alpha1.ProgrammingNever})))
 	claimTemplate(t, ns, "second", "e2e-bind-second", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: simnode.SecondAFUID, Programming: v1alpha1.ProgrammingNever})))
+	// The regions' functions as the other tests expect them, put back at
+	// the end (after the pods are gone, before the daemon restarts).
+	loaded := map[*simnode.Port]string{}
+	for _, c := range node.Sim.Cards {
+		for _, p := range c.Ports {
+			b, err := os.ReadFile(filepath.Join(p.SysfsPath, "afu_id"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			loaded[p] = strings.TrimSpace(string(b))
+		}
+	}
 	t.Cleanup(func() {
 		// Back to the cluster's values; the restart also ends the
-		// quarantine of the region that failed.
+		// quarantine of the region that failed, and the new daemon
+		// reads the regions afresh.
 		wait, err := node.UpgradeChart(context.Background(), "", "{}")
 		if err == nil {
 			err = wait(context.Background())
 		}
 		if err != nil {
 			t.Errorf("restore the chart values: %v", err)
+			return
+		}
+		for p, afu := range loaded {
+			device := fmt.Sprintf("fpga-%s-p%d", strings.NewReplacer(":", "-", ".", "-").Replace(p.PCIAddress), p.ID)
+			eventually(t, device+" publishes its original AFU again", 30*time.Second, func() bool { return sliceAFU(context.Background(), device) == afu })
+		}
+	})
+	t.Cleanup(func() {
+		for p, afu := range loaded {
+			if err := node.Sim.SetAFUID(p, afu); err != nil {
+				t.Errorf("restore %s: %v", p.Name, err)
+			}
 		}
 	})
 
