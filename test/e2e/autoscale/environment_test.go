@@ -125,6 +125,14 @@ func start(ctx context.Context, c *localcluster.Cluster, repo, bin string) (*env
 			}
 			return nil
 		}},
+		// The controller routes allocated claims to their nodes, where
+		// the driver programs them before binding (binding conditions,
+		// on by default), as the chart installs it beside the
+		// DaemonSet.
+		{"fpga-dra-controller", func(ctx context.Context) error {
+			_, err := c.StartController(ctx, filepath.Join(repo, "deployments/helm/fpga-dra-driver/crds"))
+			return err
+		}},
 		{"Karpenter's CRDs", e.applyCRDs},
 		{"kwok controller", e.startKwok},
 		{"Karpenter", e.startKarpenter},

@@ -310,6 +310,9 @@ func (n *FPGANode) AddAlveo(ctx context.Context, models ...string) ([]*simnode.A
 // webhook is off unless they turn it on).
 func (c *Cluster) StartController(ctx context.Context, crdDir string, extra ...string) (*Process, error) {
 	bin := filepath.Join(c.Dir, "fpga", "fpga-dra-controller")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return nil, err
+	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fpga-dra-controller")
 	build.Dir = c.cfg.Repo
 	if b, err := build.CombinedOutput(); err != nil {
