@@ -69,6 +69,10 @@ kubeletPlugin:
   hook:
     install: true
     hostDir: %s
+  xrt:
+    # Not used by the simulated programmer: the host's / mounted as an
+    # Alveo node has it, so every run shows the daemon starts with it.
+    hostRoot: /host
   simulation:
     enabled: true
     dir: %s
