@@ -370,7 +370,7 @@ func TestBinderProgramsBeforeBinding(t *testing.T) {
 	}
 	select {
 	case q := <-bn.quarantines:
-		t.Fatalf("quarantined %+v besides the device fault", q)
+		t.Fatalf("a successful programming quarantined %+v", q)
 	default:
 	}
 	if calls := bn.Programmer.TotalCalls(); calls != 1 {
@@ -477,6 +477,11 @@ func TestBinderReportsProgrammingFailure(t *testing.T) {
 	bn.waitSlices(t, func(s []resourceapi.ResourceSlice) bool {
 		return taint(s, dev0) == nil && taint(s, dev1) == nil && len(deviceNames(s)) == 2
 	})
+	select {
+	case q := <-bn.quarantines:
+		t.Fatalf("quarantined %+v besides the device fault", q)
+	default:
+	}
 	if calls := bn.Programmer.TotalCalls(); calls != 1 {
 		t.Fatalf("the programmer was called %d times, want once (the failed programming, not retried)", calls)
 	}

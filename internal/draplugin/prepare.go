@@ -109,17 +109,18 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			PoolName:     c.PoolName,
 			DeviceName:   d.Device,
 			CDIDeviceIDs: d.CDIDeviceIDs,
-			Metadata:     c.metadata(claim.UID, d.Device, devs),
+			Metadata:     c.metadata(d, devs),
 		})
 	}
 	c.writeReady(ctx, claim, out, devs)
 	return result
 }
 
-// metadata is what a container finds about a device in its metadata file
-// (KEP-5304): the device's published attributes and its nodes.
-func (c *Claims) metadata(uid types.UID, device string, devs *discovery.Result) *kubeletplugin.DeviceMetadata {
-	card, port, ok := devs.FindPort(device)
+// metadata is what a container finds about a prepared device in its
+// metadata file (KEP-5304): the device's published attributes, with the
+// AFU the claim loaded (before a refresh has read it back), and its nodes.
+func (c *Claims) metadata(d state.PreparedDevice, devs *discovery.Result) *kubeletplugin.DeviceMetadata {
+	card, port, ok := devs.FindPort(d.Device)
 	if !ok {
 		return nil
 	}
@@ -129,9 +130,7 @@ func (c *Claims) metadata(uid types.UID, device string, devs *discovery.Result) 
 	for name, a := range deviceOf(card, port, o).Attributes {
 		attrs[strings.TrimPrefix(string(name), c.DriverName+"/")] = a
 	}
-	// What the claim loaded, before a refresh has read it back.
-	rec, _ := c.State.Claim(uid)
-	if afu := deviceData(c.State, rec, device, devs).AFUID; afu != "" {
+	if afu := d.AFUID; afu != "" {
 		attrs["afuID"] = resourceapi.DeviceAttribute{StringValue: &afu}
 	}
 	var nodes []string

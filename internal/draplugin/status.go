@@ -73,10 +73,10 @@ var errAllocationChanged = errors.New("the claim's allocation changed")
 // allocation, else it returns errAllocationChanged. It returns the
 // version it wrote over.
 //
-// Server-side apply is not used: kube-apiserver 1.37 refuses an apply of
+// Server-side apply is not used: kube-apiserver 1.37 refused an apply of
 // a claim's status whose allocation carries an opaque config ("may not
-// change status.allocation"), because the apply round trip rewrites the
-// opaque parameters.
+// change status.allocation"), and pods then waited for their binding
+// conditions for ever.
 func writeDeviceStatus(ctx context.Context, client kubernetes.Interface, claim *resourceapi.ResourceClaim, driverName string, entries []deviceStatus) (string, error) {
 	claims := client.ResourceV1().ResourceClaims(claim.Namespace)
 	cur := claim
