@@ -211,8 +211,10 @@ func (s *SimProgrammer) Program(ctx context.Context, card *discovery.Card, port 
 // delay is how long loading the AFU whose AFU ID attribute reads loaded
 // takes.
 func (s *SimProgrammer) delay(loaded string) time.Duration {
-	if d, ok := s.Delays[strings.ReplaceAll(strings.TrimSpace(loaded), "-", "")]; ok {
-		return d
+	if id, err := discovery.CanonicalID(loaded); err == nil {
+		if d, ok := s.Delays[id]; ok {
+			return d
+		}
 	}
 	return s.Delay
 }
