@@ -198,15 +198,21 @@ func deletePod(t testing.TB, ns, name string) {
 	})
 }
 
-// freeProgrammable lists the programmable devices no claim holds, by name.
-func freeProgrammable(t testing.TB) []string {
+// nodeDevices lists the devices as the daemon's control socket shows them.
+func nodeDevices(t testing.TB) []control.Device {
 	t.Helper()
 	list, err := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock")).List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return list.Devices
+}
+
+// freeProgrammable lists the programmable devices no claim holds, by name.
+func freeProgrammable(t testing.TB) []string {
+	t.Helper()
 	var out []string
-	for _, d := range list.Devices {
+	for _, d := range nodeDevices(t) {
 		if d.Holder == nil && d.InterfaceID == simnode.DefaultInterfaceID {
 			out = append(out, d.Name)
 		}
@@ -217,11 +223,7 @@ func freeProgrammable(t testing.TB) []string {
 
 func holderOf(t testing.TB, device string) string {
 	t.Helper()
-	list, err := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock")).List(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range list.Devices {
+	for _, d := range nodeDevices(t) {
 		if d.Name == device && d.Holder != nil {
 			return d.Holder.UID
 		}
@@ -287,7 +289,7 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 			return
 		}
 		for p, afu := range loaded {
-			device := fmt.Sprintf("fpga-%s-p%d", strings.NewReplacer(":", "-", ".", "-").Replace(p.PCIAddress), p.ID)
+			device := deviceOf(p)
 			eventually(t, device+" publishes its original AFU again", 30*time.Second, func() bool { return sliceAFU(context.Background(), device) == afu })
 		}
 	})

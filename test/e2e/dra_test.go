@@ -153,12 +153,17 @@ func fpgaDevices(v *localcluster.ProbeView) []string {
 	return out
 }
 
+// deviceOf is the name the driver publishes a simulated port under.
+func deviceOf(p *simnode.Port) string {
+	return fmt.Sprintf("fpga-%s-p%d", strings.NewReplacer(":", "-", ".", "-").Replace(p.PCIAddress), p.ID)
+}
+
 // portOf maps a published device name to the simulated port.
 func portOf(t testing.TB, device string) *simnode.Port {
 	t.Helper()
 	for _, c := range node.Sim.Cards {
 		for _, p := range c.Ports {
-			if fmt.Sprintf("fpga-%s-p%d", strings.NewReplacer(":", "-", ".", "-").Replace(p.PCIAddress), p.ID) == device {
+			if deviceOf(p) == device {
 				return p
 			}
 		}

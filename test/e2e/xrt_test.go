@@ -228,7 +228,7 @@ func TestAlveo3AFUIDAcrossFamilies(t *testing.T) {
 			t.Errorf("unload the U250: %v", err)
 		}
 	})
-	intelDevice := fmt.Sprintf("fpga-%s-p%d", strings.NewReplacer(":", "-", ".", "-").Replace(intel.PCIAddress), intel.ID)
+	intelDevice := deviceOf(intel)
 	eventually(t, "both devices publish the shared afuID", 30*time.Second, func() bool {
 		return sliceAFU(ctx, intelDevice) == shared && sliceAFU(ctx, deviceName(u250)) == shared
 	})
