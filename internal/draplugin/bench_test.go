@@ -104,9 +104,11 @@ func BenchmarkPrepareConcurrent64(b *testing.B) { benchmarkConcurrent(b, 64) }
 // claims are unprepared with the timer stopped. It reports the
 // checkpoint flushes per prepare (counted where the checkpoint is
 // written) and the median prepare latency. skipSync writes the checkpoint
-// without flushing it: the baseline.
-func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, skipSync bool) {
-	pn := startPreparingNode(b, preparingOptions{sim: simnode.Options{Cards: workers * perWorker}, node: testnode.Options{SkipSync: skipSync}})
+// without flushing it: the baseline. metadata turns device metadata on, as
+// the daemon ships: the helper then writes (and flushes) each claim's
+// metadata file.
+func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, skipSync, metadata bool) {
+	pn := startPreparingNode(b, preparingOptions{sim: simnode.Options{Cards: workers * perWorker}, node: testnode.Options{SkipSync: skipSync}, deviceMetadata: metadata})
 	dra := pn.draClient(b)
 	devices := pn.driver.Devices().Ports()
 	phases := (b.N + len(devices) - 1) / len(devices)
@@ -151,18 +153,25 @@ func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, skipSync bool
 
 // BenchmarkDurablePrepare: flushes per prepare and median latency at
 // concurrency 1 and 8, with the checkpoint flushed and, as the baseline,
-// not flushed.
+// not flushed; without device metadata, and with it (the daemon's
+// default) at concurrency 1.
 func BenchmarkDurablePrepare(b *testing.B) {
 	for _, load := range []struct {
 		name               string
 		workers, perWorker int
-	}{{"concurrency-1", 1, 8}, {"concurrency-8/bursts", 8, 1}, {"concurrency-8/steady", 8, 8}} {
+		metadata           bool
+	}{
+		{"concurrency-1", 1, 8, false},
+		{"concurrency-8/bursts", 8, 1, false},
+		{"concurrency-8/steady", 8, 8, false},
+		{"concurrency-1/metadata", 1, 8, true},
+	} {
 		for _, skip := range []bool{false, true} {
 			name := load.name + "/sync"
 			if skip {
 				name = load.name + "/nosync"
 			}
-			b.Run(name, func(b *testing.B) { benchmarkDurablePrepare(b, load.workers, load.perWorker, skip) })
+			b.Run(name, func(b *testing.B) { benchmarkDurablePrepare(b, load.workers, load.perWorker, skip, load.metadata) })
 		}
 	}
 }

@@ -63,6 +63,9 @@ type nodeOptions struct {
 	configure func(*draplugin.Config)
 	// api adjusts the fake API server (reactors) before start.
 	api func(*fake.Clientset)
+	// deviceMetadata turns device metadata on (the daemon's default), its
+	// CDI specs beside the claims' specs as on a node.
+	deviceMetadata bool
 }
 
 func startNode(t testing.TB, o nodeOptions) *testNode {
@@ -135,6 +138,9 @@ func newNode(t testing.TB, o nodeOptions) (context.Context, *testNode, draplugin
 		RefreshInterval: time.Hour, // tests trigger refreshes explicitly
 		Programmable:    true,
 		Claims:          o.claims,
+	}
+	if o.deviceMetadata {
+		cfg.DeviceMetadata, cfg.CDIDir = true, n.CDIDir
 	}
 	if o.configure != nil {
 		o.configure(&cfg)

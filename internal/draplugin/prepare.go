@@ -220,19 +220,27 @@ func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceReque
 	return reqs, nil
 }
 
-// Unprepare implements ClaimPreparer.
+// Unprepare implements ClaimPreparer. Claims are independent: they are
+// released concurrently, each with its own result.
 func (c *Claims) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	results := make(map[types.UID]error, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, claim := range claims {
-		start := time.Now()
-		if err := c.State.Unprepare(ctx, claim.UID); err != nil {
-			c.Metrics.ObserveUnprepare(drivermetrics.OutcomeError, time.Since(start))
-			results[claim.UID] = fmt.Errorf("claim %s: %w", claim.NamespacedName, err)
-			continue
-		}
-		c.Metrics.ObserveUnprepare(drivermetrics.OutcomeSuccess, time.Since(start))
-		results[claim.UID] = nil
+		wg.Go(func() {
+			start := time.Now()
+			err := c.State.Unprepare(ctx, claim.UID)
+			outcome := drivermetrics.OutcomeSuccess
+			if err != nil {
+				outcome, err = drivermetrics.OutcomeError, fmt.Errorf("claim %s: %w", claim.NamespacedName, err)
+			}
+			c.Metrics.ObserveUnprepare(outcome, time.Since(start))
+			mu.Lock()
+			results[claim.UID] = err
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
 	return results
 }
 

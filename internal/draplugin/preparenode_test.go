@@ -47,6 +47,8 @@ type preparingOptions struct {
 	programmer  *program.SimProgrammer
 	// node adds to the node's options (hooks, waits).
 	node testnode.Options
+	// deviceMetadata: see nodeOptions.
+	deviceMetadata bool
 }
 
 func startPreparingNode(t testing.TB, o preparingOptions) *preparingNode {
@@ -67,7 +69,7 @@ func startPreparingNode(t testing.TB, o preparingOptions) *preparingNode {
 			d.RefreshDevices()
 		}
 	}
-	pn.testNode = startNode(t, nodeOptions{sim: o.sim, node: node, restart: restart, claims: claims, configure: func(c *draplugin.Config) {
+	pn.testNode = startNode(t, nodeOptions{sim: o.sim, node: node, restart: restart, claims: claims, deviceMetadata: o.deviceMetadata, configure: func(c *draplugin.Config) {
 		c.Metrics = pn.metrics
 		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.KubeClient.EventsV1()})
 		broadcaster.StartRecordingToSink(context.Background().Done())

@@ -1,21 +1,56 @@
 package state
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+)
+
+// A flush waits for other operations' changes at most gatherFlushes times
+// the average flush time, and never longer than maxGather.
+const (
+	gatherFlushes = 2
+	maxGather     = time.Millisecond
 )
 
 // journal writes the checkpoint to its file. Changes are made in memory
 // (update) and then made durable (sync); concurrent callers share flushes:
 // a sync that finds its change already covered by a finished flush returns
 // at once, and one flush covers every change made before it started.
+//
+// Before a flush, the caller that runs it waits for the changes of other
+// operations (group commit, as jbd2 batches synchronous handles), for at
+// most twice the average flush time (maxGather at most):
+//   - while an operation is expected: a prepare or release in the State
+//     that is not programming and not yet waiting, or a claim of a kubelet
+//     call announced by Expect that has not reached the State yet;
+//   - for the whole time, when the previous flush was shared too: callers
+//     keep arriving, and most are not known before they do.
+//
+// A caller that is alone, with nothing expected, flushes at once: a
+// single prepare never waits.
 type journal struct {
 	mu    sync.Mutex // serialises flushes
 	file  *CheckpointFile
 	saved uint64 // the newest generation on disk
 	err   error  // the last flush's error, until a flush succeeds
 	syncs atomic.Uint64
+	// waiting counts the callers in sync whose change is not yet on the
+	// disk; arrived wakes a gathering flush (wake).
+	waiting atomic.Int32
+	arrived chan struct{}
+	// incoming counts the announced claims (Expect) not yet in the State.
+	incoming atomic.Int32
+	// flushTime is the moving average of a flush's duration; lastBatch is
+	// how many callers the previous flush served.
+	flushTime time.Duration
+	lastBatch int32
+	// maxGather bounds a flush's wait (maxGather; tests change it), and
+	// onGather, when set, is called when a flush starts waiting (tests).
+	maxGather time.Duration
+	onGather  func()
 }
 
 // update is the one place the checkpoint changes: it applies change to the
@@ -33,23 +68,136 @@ func (s *State) update(change func(cp *Checkpoint)) uint64 {
 // one (group commit). Callers must not hold s.mu.
 func (s *State) sync(gen uint64) error {
 	j := &s.journal
+	j.waiting.Add(1)
+	defer j.waiting.Add(-1)
+	j.wake()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.saved >= gen && j.err == nil {
 		return nil
 	}
+	s.gather()
+	j.lastBatch = j.waiting.Load()
 	s.mu.Lock()
 	snapshot, newest := s.cp.clone(), s.gen
 	s.mu.Unlock()
+	start := time.Now()
 	if err := j.file.Save(snapshot); err != nil {
 		j.err = fmt.Errorf("save checkpoint: %w", err)
 		return j.err
 	}
 	if !j.file.noFlush {
 		j.syncs.Add(1)
+		if d := time.Since(start); j.flushTime == 0 {
+			j.flushTime = d
+		} else {
+			j.flushTime += (d - j.flushTime) / 8
+		}
 	}
 	j.saved, j.err = newest, nil
 	return nil
+}
+
+// wake tells a gathering flush that what it waits for may have changed.
+func (j *journal) wake() {
+	select {
+	case j.arrived <- struct{}{}:
+	default:
+	}
+}
+
+// gather waits before a flush for more changes to share it (see journal).
+// The caller holds j.mu.
+func (s *State) gather() {
+	j := &s.journal
+	wait := min(gatherFlushes*j.flushTime, j.maxGather)
+	shared := j.lastBatch > 1
+	if wait <= 0 || (!shared && !s.expecting()) {
+		return
+	}
+	if j.onGather != nil {
+		j.onGather()
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for shared || s.expecting() {
+		select {
+		case <-j.arrived:
+		case <-timer.C:
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// expecting reports whether a change is expected that is not waiting for
+// a flush yet: an announced claim not in the State, or an operation in
+// flight that is not waiting and not programming (a programming job runs
+// for seconds; its operation commits when it ends).
+func (s *State) expecting() bool {
+	j := &s.journal
+	if j.incoming.Load() > 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for uid, op := range s.ops {
+		select {
+		case <-op.done:
+			continue
+		default:
+		}
+		if !s.hasJobs(uid) {
+			n++
+		}
+	}
+	return n > int(j.waiting.Load())
+}
+
+// expectKey is the context key of a kubelet call's announced claims.
+type expectKey struct{}
+
+// announced is what is left of a kubelet call's announced claims.
+type announced struct{ left atomic.Int32 }
+
+// Expect announces a kubelet call of n claims, from when it arrives at the
+// plugin (before the claims are read from the API server): a flush meanwhile
+// waits for them, within its bound. Prepare and Unprepare with the returned
+// context take one announced claim each when they enter the State; end
+// withdraws the rest and must be called when the call returns.
+func (s *State) Expect(ctx context.Context, n int) (context.Context, func()) {
+	a := &announced{}
+	a.left.Store(int32(n))
+	s.journal.incoming.Add(int32(n))
+	end := func() {
+		for s.arrive(a) {
+		}
+	}
+	return context.WithValue(ctx, expectKey{}, a), end
+}
+
+// arrived takes one announced claim of ctx's call, if any.
+func (s *State) arrived(ctx context.Context) {
+	if a, ok := ctx.Value(expectKey{}).(*announced); ok {
+		s.arrive(a)
+	}
+}
+
+// arrive takes one of a's claims; false when none is left.
+func (s *State) arrive(a *announced) bool {
+	for {
+		left := a.left.Load()
+		if left <= 0 {
+			return false
+		}
+		if a.left.CompareAndSwap(left, left-1) {
+			s.journal.incoming.Add(-1)
+			s.journal.wake()
+			return true
+		}
+	}
 }
 
 // commit applies change and makes it durable: update, then sync.

@@ -86,8 +86,11 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		o.supersede = func(types.UID) bool { return false }
 	}
 	var before []Programming
-	for {
+	for first := true; ; first = false {
 		op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
+		if first {
+			s.arrived(ctx) // in s.ops now, or not committing
+		}
 		switch {
 		case err != nil:
 			return Outcome{Programmed: before}, err
@@ -97,6 +100,9 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 			out, err := s.completed(h, completed, devs)
 			out.Programmed = before
 			return out, err
+		case plans != nil && len(op.jobs) == 0:
+			// Nothing to program: no reason to leave the caller.
+			s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
 		case plans != nil:
 			go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
 		}
@@ -273,13 +279,16 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		}
 	})
 	s.mu.Unlock()
-	synced := make(chan error, 1)
-	go func() { synced <- s.sync(gen) }()
-	_, specErr := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
-	if specErr == nil {
-		s.step(StepSpecWritten, h.UID)
-	}
-	err = <-synced
+	written := make(chan error, 1)
+	go func() {
+		_, err := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
+		if err == nil {
+			s.step(StepSpecWritten, h.UID)
+		}
+		written <- err
+	}()
+	err = s.sync(gen)
+	specErr := <-written
 	if specErr != nil {
 		if uerr := s.commit(undo); uerr != nil {
 			logger.Error(uerr, "Undoing the record of a claim whose CDI spec could not be written failed; the next prepare or a restart corrects it")
@@ -338,6 +347,7 @@ func (s *State) finish(op *op, out Outcome, err error) {
 		s.reholdFromRecords(op.holder.UID)
 	}
 	close(op.done)
+	s.journal.wake() // one operation fewer to wait for
 	if len(out.Programmed) == 0 && !op.release {
 		op.reported = true
 		delete(s.ops, op.holder.UID)

@@ -274,7 +274,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		jobs:      map[string]*job{},
 		ports:     map[string]*sync.Mutex{},
 		loaded:    map[string]loadedFile{},
-		journal:   journal{file: cpFile},
+		journal:   journal{file: cpFile, arrived: make(chan struct{}, 1), maxGather: maxGather},
 	}
 	if warning != nil {
 		s.damaged = warning.Error()

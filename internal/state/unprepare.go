@@ -16,8 +16,11 @@ import (
 // most ReleaseWait (and while ctx lasts), then fails with ErrReleasing so
 // the kubelet calls again. Racing calls for one holder get one answer.
 func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
-	for {
+	for first := true; ; first = false {
 		rel, pending, known := s.beginRelease(uid)
+		if first {
+			s.arrived(ctx)
+		}
 		switch {
 		case !known:
 			return nil
@@ -145,4 +148,5 @@ func (s *State) runRelease(rel *op) {
 	delete(s.ops, uid)
 	rel.err = err
 	close(rel.done)
+	s.journal.wake()
 }
