@@ -16,11 +16,13 @@ import (
 )
 
 // The checkpoint file holds two slots of slotSize bytes. A save writes the
-// encoded checkpoint into the older slot in place, through a descriptor
-// opened with O_DSYNC: one synchronous write, instead of a temporary file,
-// its fsync, a rename and a directory fsync (or a write and an
-// fdatasync, a system call more). A torn write can only damage the slot being written; load
-// takes the newest slot whose checksum holds. Each slot is:
+// encoded checkpoint into the older slot in place, as one durable write,
+// instead of a temporary file, its fsync, a rename and a directory fsync:
+// through Linux native AIO on an O_DIRECT descriptor with RWF_DSYNC where
+// the system allows it (the caller can do other work while the disk
+// flushes), else through a descriptor opened with O_DSYNC. A torn write can
+// only damage the slot being written; load takes the newest slot whose
+// checksum holds. Each slot is:
 //
 //	magic "FPGACKP3" | generation uint64 LE | length uint32 LE |
 //	sha256 of generation, length and payload (32 bytes) | payload
@@ -50,6 +52,10 @@ type CheckpointFile struct {
 	gen      uint64
 	// noFlush leaves the flush out (see Config.SkipSync).
 	noFlush bool
+	// aio writes asynchronously, opened at the first save that flushes;
+	// nil before, or when off, and then aioOff says why.
+	aio    *aioWriter
+	aioOff error
 }
 
 type slot struct {
@@ -224,9 +230,21 @@ func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
 // Save writes cp into the older slot; it is on the disk when Save returns
 // (unless the flush is off).
 func (cf *CheckpointFile) Save(cp *Checkpoint) error {
-	payload, err := EncodeCheckpoint(cp)
+	wait, err := cf.start(cp)
 	if err != nil {
 		return err
+	}
+	return wait()
+}
+
+// start begins Save: cp is on the disk once wait returns nil. Between the
+// two the caller may do other work; it must call wait before anything
+// else of cf.
+func (cf *CheckpointFile) start(cp *Checkpoint) (wait func() error, err error) {
+	done := func() error { return nil }
+	payload, err := EncodeCheckpoint(cp)
+	if err != nil {
+		return nil, err
 	}
 	if int64(len(payload)) > cf.slotSize-slotHeaderSize {
 		size := cf.slotSize
@@ -234,21 +252,82 @@ func (cf *CheckpointFile) Save(cp *Checkpoint) error {
 			size *= 2
 		}
 		if size > maxCheckpointSz {
-			return fmt.Errorf("checkpoint of %d bytes exceeds %d", len(payload), maxCheckpointSz)
+			return nil, fmt.Errorf("checkpoint of %d bytes exceeds %d", len(payload), maxCheckpointSz)
 		}
-		return cf.rewrite(cp, size)
+		return done, cf.rewrite(cp, size)
 	}
 	gen := cf.gen + 1
 	off := int64(gen%2) * cf.slotSize
-	if _, err := cf.f.WriteAt(encodeSlot(gen, payload), off); err != nil {
+	b := encodeSlot(gen, payload)
+	cf.openAIO()
+	if cf.aio != nil {
+		err := cf.aio.submit(b, off)
+		if err == nil {
+			return func() error {
+				err := cf.aio.wait()
+				switch {
+				case err == nil:
+					cf.gen = gen
+					return nil
+				case !unsupported(err):
+					return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
+				}
+				cf.stopAIO(err)
+				return cf.write(b, off, gen)
+			}, nil
+		}
+		if !unsupported(err) {
+			return nil, fmt.Errorf("write checkpoint %s: %w", cf.path, err)
+		}
+		cf.stopAIO(err)
+	}
+	return done, cf.write(b, off, gen)
+}
+
+// write writes slot b of generation gen at off through the O_DSYNC
+// descriptor.
+func (cf *CheckpointFile) write(b []byte, off int64, gen uint64) error {
+	if _, err := cf.f.WriteAt(b, off); err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
 	}
 	cf.gen = gen
 	return nil
 }
 
+// openAIO opens the asynchronous writer unless it is open, was tried, or
+// saves do not flush.
+func (cf *CheckpointFile) openAIO() {
+	if cf.aio != nil || cf.aioOff != nil || cf.noFlush {
+		return
+	}
+	cf.aio, cf.aioOff = openAIO(cf.path)
+}
+
+// stopAIO turns asynchronous writes off for good, for reason.
+func (cf *CheckpointFile) stopAIO(reason error) {
+	if cf.aio != nil {
+		cf.aio.close()
+		cf.aio = nil
+	}
+	cf.aioOff = reason
+}
+
+// WriteMode says how saves reach the disk: "asynchronous" (native AIO),
+// "synchronous: <why not asynchronous>", or "not flushed".
+func (cf *CheckpointFile) WriteMode() string {
+	cf.openAIO()
+	switch {
+	case cf.noFlush:
+		return "not flushed"
+	case cf.aio != nil:
+		return "asynchronous"
+	}
+	return fmt.Sprintf("synchronous: %v", cf.aioOff)
+}
+
 // reopen opens the file for Save: with O_DSYNC, so that a write returns
-// once it is on the disk, unless noFlush.
+// once it is on the disk, unless noFlush (the asynchronous writer opens at
+// the next save).
 func (cf *CheckpointFile) reopen() error {
 	flags := os.O_RDWR
 	if !cf.noFlush {
@@ -262,6 +341,10 @@ func (cf *CheckpointFile) reopen() error {
 		cf.f.Close()
 	}
 	cf.f = f
+	if cf.aio != nil {
+		cf.aio.close() // it writes the file this one replaced
+	}
+	cf.aio, cf.aioOff = nil, nil
 	return nil
 }
 
@@ -309,6 +392,10 @@ func encodeSlot(gen uint64, payload []byte) []byte {
 
 // Close releases the file.
 func (cf *CheckpointFile) Close() error {
+	if cf.aio != nil {
+		cf.aio.close()
+		cf.aio = nil
+	}
 	if cf.f == nil {
 		return nil
 	}

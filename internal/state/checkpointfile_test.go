@@ -232,3 +232,43 @@ func FuzzReadCheckpoint(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckpointFileWriteModes saves through each way of writing (native
+// AIO where this system allows it, and the synchronous write it falls back
+// to) and reads every generation back whole, from a file that keeps its
+// two slots.
+func TestCheckpointFileWriteModes(t *testing.T) {
+	for _, mode := range []string{"asynchronous", "synchronous"} {
+		t.Run(mode, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), CheckpointFileName)
+			cf, cp, err := OpenCheckpoint(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cf.Close() }()
+			switch got := cf.WriteMode(); {
+			case mode == "synchronous":
+				cf.stopAIO(errors.New("turned off by the test"))
+				if got := cf.WriteMode(); got != "synchronous: turned off by the test" {
+					t.Fatalf("write mode %q after stopAIO", got)
+				}
+			case got != mode:
+				t.Skipf("this system writes the checkpoint %s", got)
+			}
+			for i := 1; i <= 5; i++ {
+				cp.Claims[claimN(i).UID] = claimN(i)
+				if err := cf.Save(cp); err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, gen, slotSize, err := ReadCheckpoint(b)
+				if err != nil || len(got.Claims) != i || gen != cf.gen || slotSize != cf.slotSize {
+					t.Fatalf("after save %d: %v, %d claims, generation %d of %d, slots of %d bytes (file %d bytes)", i, err, len(got.Claims), gen, cf.gen, slotSize, len(b))
+				}
+			}
+		})
+	}
+}

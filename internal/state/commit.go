@@ -67,14 +67,26 @@ func (s *State) update(change func(cp *Checkpoint)) uint64 {
 // change made so far: callers that wait while a flush runs share the next
 // one (group commit). Callers must not hold s.mu.
 func (s *State) sync(gen uint64) error {
+	return s.startSync(gen)()
+}
+
+// startSync is sync in two halves: it starts the flush that makes gen
+// durable and returns wait, which ends it. Between the two the caller may
+// do other work (the disk flushes meanwhile) but must not commit; it
+// must call wait. A flush that other callers wait for is ended before
+// startSync returns, so that no caller's other work holds them up.
+func (s *State) startSync(gen uint64) (wait func() error) {
 	j := &s.journal
 	j.waiting.Add(1)
-	defer j.waiting.Add(-1)
 	j.wake()
 	j.mu.Lock()
-	defer j.mu.Unlock()
+	unlock := func() {
+		j.mu.Unlock()
+		j.waiting.Add(-1)
+	}
 	if j.saved >= gen && j.err == nil {
-		return nil
+		unlock()
+		return func() error { return nil }
 	}
 	s.gather()
 	j.lastBatch = j.waiting.Load()
@@ -82,20 +94,42 @@ func (s *State) sync(gen uint64) error {
 	snapshot, newest := s.cp.clone(), s.gen
 	s.mu.Unlock()
 	start := time.Now()
-	if err := j.file.Save(snapshot); err != nil {
-		j.err = fmt.Errorf("save checkpoint: %w", err)
-		return j.err
-	}
-	if !j.file.noFlush {
-		j.syncs.Add(1)
-		if d := time.Since(start); j.flushTime == 0 {
-			j.flushTime = d
-		} else {
-			j.flushTime += (d - j.flushTime) / 8
+	waitFile, err := j.file.start(snapshot)
+	// end ends the flush; timed, it also counts the flush's duration in
+	// the average (an overlapped flush would count the caller's work too).
+	end := func(timed bool) error {
+		defer unlock()
+		if err == nil {
+			err = waitFile()
 		}
+		if err != nil {
+			j.err = fmt.Errorf("save checkpoint: %w", err)
+			return j.err
+		}
+		if !j.file.noFlush {
+			j.syncs.Add(1)
+			if timed {
+				j.averageFlush(time.Since(start))
+			}
+		}
+		j.saved, j.err = newest, nil
+		return nil
 	}
-	j.saved, j.err = newest, nil
-	return nil
+	if j.lastBatch == 1 {
+		return func() error { return end(false) }
+	}
+	err = end(true)
+	return func() error { return err }
+}
+
+// averageFlush counts a flush of duration d in flushTime. The caller
+// holds j.mu.
+func (j *journal) averageFlush(d time.Duration) {
+	if j.flushTime == 0 {
+		j.flushTime = d
+		return
+	}
+	j.flushTime += (d - j.flushTime) / 8
 }
 
 // wake tells a gathering flush that what it waits for may have changed.

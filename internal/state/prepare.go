@@ -279,15 +279,27 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		}
 	})
 	s.mu.Unlock()
+	// The spec is written while the checkpoint is flushed: in this
+	// goroutine while its own flush runs in the kernel when no other
+	// caller is flushing, else in another goroutine (the flush may wait
+	// for other callers first, and ends before startSync returns).
 	written := make(chan error, 1)
-	go func() {
+	writeSpec := func() {
 		_, err := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
 		if err == nil {
 			s.step(StepSpecWritten, h.UID)
 		}
 		written <- err
-	}()
-	err = s.sync(gen)
+	}
+	alone := s.journal.waiting.Load() == 0
+	if !alone {
+		go writeSpec()
+	}
+	wait := s.startSync(gen)
+	if alone {
+		writeSpec()
+	}
+	err = wait()
 	specErr := <-written
 	if specErr != nil {
 		if uerr := s.commit(undo); uerr != nil {

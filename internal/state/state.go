@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
@@ -279,6 +280,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 	if warning != nil {
 		s.damaged = warning.Error()
 	}
+	klog.FromContext(ctx).Info("Checkpoint opened", "path", cfg.CheckpointPath, "claims", len(cp.Claims), "writes", cpFile.WriteMode())
 	for uid, c := range cp.Claims {
 		for _, d := range c.Devices {
 			s.holds[d.Device] = types.UID(uid)

@@ -1,0 +1,154 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// directAlign is the alignment of O_DIRECT offsets, lengths and buffers:
+// the largest logical block size in use (4 KiB), so it fits every disk.
+const directAlign = 4096
+
+// aioWriter writes a file through Linux native AIO on an O_DIRECT
+// descriptor: a durable write (RWF_DSYNC) is submitted and then awaited,
+// so that the disk's flush runs in the kernel while the caller does other
+// work, without a thread handing the write over. One write is in flight
+// at a time; the writer is not safe for concurrent use.
+type aioWriter struct {
+	fd  int
+	ctx uint64 // aio_context_t
+	// buf and cb belong to the kernel while a write is in flight.
+	buf  []byte
+	cb   iocb
+	want int64
+}
+
+// iocb is struct iocb of <linux/aio_abi.h> (64-bit little endian); the
+// blank fields are the ones this writer leaves zero.
+type iocb struct {
+	_       uint64 // aio_data
+	_       uint32 // aio_key
+	rwFlags int32
+	opcode  uint16
+	_       int16 // aio_reqprio
+	fd      uint32
+	buf     uint64
+	nbytes  uint64
+	offset  int64
+	_       uint64 // aio_reserved2
+	_       uint32 // aio_flags
+	_       uint32 // aio_resfd
+}
+
+// ioEvent is struct io_event of <linux/aio_abi.h>.
+type ioEvent struct {
+	_   uint64 // data
+	_   uint64 // obj
+	res int64
+	_   int64 // res2
+}
+
+const (
+	iocbCmdPwrite = 1
+	rwfDSync      = 0x2 // RWF_DSYNC
+)
+
+// openAIO opens path for durable asynchronous writes. It fails where the
+// kernel, the file system (tmpfs has no O_DIRECT) or a seccomp profile
+// does not allow them; the caller then writes synchronously.
+func openAIO(path string) (*aioWriter, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s with O_DIRECT: %w", path, err)
+	}
+	w := &aioWriter{fd: fd}
+	if _, _, errno := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&w.ctx)), 0); errno != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("io_setup: %w", errno)
+	}
+	return w, nil
+}
+
+// submit starts writing b at off (a multiple of directAlign), padded with
+// zeros to a multiple of directAlign; wait ends it.
+func (w *aioWriter) submit(b []byte, off int64) error {
+	n := (len(b) + directAlign - 1) / directAlign * directAlign
+	if cap(w.buf) < n {
+		w.buf = alignedBuffer(n)
+	}
+	w.buf = w.buf[:n]
+	clear(w.buf[copy(w.buf, b):])
+	w.cb = iocb{opcode: iocbCmdPwrite, rwFlags: rwfDSync, fd: uint32(w.fd), buf: uint64(uintptr(unsafe.Pointer(&w.buf[0]))), nbytes: uint64(n), offset: off}
+	w.want = int64(n)
+	cbs := [1]*iocb{&w.cb}
+	for {
+		r, _, errno := unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(w.ctx), 1, uintptr(unsafe.Pointer(&cbs[0])))
+		switch {
+		case errno == unix.EINTR || errno == unix.EAGAIN:
+			continue
+		case errno != 0:
+			return fmt.Errorf("io_submit: %w", errno)
+		case r != 1:
+			return fmt.Errorf("io_submit took %d writes, not 1", r)
+		}
+		return nil
+	}
+}
+
+// wait waits for the write submit started; it has reached the disk when
+// wait returns nil.
+func (w *aioWriter) wait() error {
+	var ev ioEvent
+	for {
+		r, _, errno := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(w.ctx), 1, 1, uintptr(unsafe.Pointer(&ev)), 0, 0)
+		runtime.KeepAlive(w)
+		switch {
+		case errno == unix.EINTR:
+			continue
+		case errno != 0:
+			return fmt.Errorf("io_getevents: %w", errno)
+		case r != 1:
+			continue
+		case ev.res < 0:
+			return unix.Errno(-ev.res)
+		case ev.res != w.want:
+			return fmt.Errorf("short write: %d of %d bytes", ev.res, w.want)
+		}
+		return nil
+	}
+}
+
+// close releases the AIO context and the descriptor; no write may be in
+// flight.
+func (w *aioWriter) close() error {
+	_, _, errno := unix.Syscall(unix.SYS_IO_DESTROY, uintptr(w.ctx), 0, 0)
+	err := unix.Close(w.fd)
+	if errno != 0 {
+		return errors.Join(fmt.Errorf("io_destroy: %w", errno), err)
+	}
+	return err
+}
+
+// alignedBuffer returns n bytes starting at a multiple of directAlign.
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+directAlign)
+	skip := (directAlign - int(uintptr(unsafe.Pointer(&b[0]))%directAlign)) % directAlign
+	return b[skip : skip+n : skip+n]
+}
+
+// unsupported reports whether err says this way of writing cannot work
+// here (as opposed to a failing disk): the caller falls back for good.
+func unsupported(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission)
+}
+
+// The kernel's sizes of the structures.
+var (
+	_ = [1]struct{}{}[unsafe.Sizeof(iocb{})-64]
+	_ = [1]struct{}{}[unsafe.Sizeof(ioEvent{})-32]
+)
