@@ -49,18 +49,24 @@ var _ ClaimPreparer = &Claims{}
 // Prepare implements ClaimPreparer. Claims are independent: each gets its
 // own result, and they are prepared concurrently.
 func (c *Claims) Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim, devs *discovery.Result) map[types.UID]kubeletplugin.PrepareResult {
-	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	return concurrently(claims, func(claim *resourceapi.ResourceClaim) (types.UID, kubeletplugin.PrepareResult) {
+		return claim.UID, c.prepareClaim(ctx, claim, devs)
+	})
+}
+
+// concurrently runs f for every claim at once and collects its results by
+// the UID f returns.
+func concurrently[C, R any](claims []C, f func(C) (types.UID, R)) map[types.UID]R {
+	results := make(map[types.UID]R, len(claims))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, claim := range claims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := c.prepareClaim(ctx, claim, devs)
+		wg.Go(func() {
+			uid, r := f(claim)
 			mu.Lock()
-			results[claim.UID] = r
+			results[uid] = r
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	return results
@@ -223,25 +229,16 @@ func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceReque
 // Unprepare implements ClaimPreparer. Claims are independent: they are
 // released concurrently, each with its own result.
 func (c *Claims) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
-	results := make(map[types.UID]error, len(claims))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, claim := range claims {
-		wg.Go(func() {
-			start := time.Now()
-			err := c.State.Unprepare(ctx, claim.UID)
-			outcome := drivermetrics.OutcomeSuccess
-			if err != nil {
-				outcome, err = drivermetrics.OutcomeError, fmt.Errorf("claim %s: %w", claim.NamespacedName, err)
-			}
-			c.Metrics.ObserveUnprepare(outcome, time.Since(start))
-			mu.Lock()
-			results[claim.UID] = err
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return results
+	return concurrently(claims, func(claim kubeletplugin.NamespacedObject) (types.UID, error) {
+		start := time.Now()
+		err := c.State.Unprepare(ctx, claim.UID)
+		outcome := drivermetrics.OutcomeSuccess
+		if err != nil {
+			outcome, err = drivermetrics.OutcomeError, fmt.Errorf("claim %s: %w", claim.NamespacedName, err)
+		}
+		c.Metrics.ObserveUnprepare(outcome, time.Since(start))
+		return claim.UID, err
+	})
 }
 
 func (c *Claims) event(claim *resourceapi.ResourceClaim, eventType, reason, action, format string, args ...any) {

@@ -144,7 +144,8 @@ func alignedBuffer(n int) []byte {
 // unsupported reports whether err says this way of writing cannot work
 // here (as opposed to a failing disk): the caller falls back for good.
 func unsupported(err error) bool {
-	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission)
+	// os.ErrPermission matches EPERM (seccomp) and EACCES.
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, os.ErrPermission)
 }
 
 // The kernel's sizes of the structures.

@@ -52,8 +52,8 @@ type CheckpointFile struct {
 	gen      uint64
 	// noFlush leaves the flush out (see Config.SkipSync).
 	noFlush bool
-	// aio writes asynchronously, opened at the first save that flushes;
-	// nil before, or when off, and then aioOff says why.
+	// aio writes asynchronously, opened at the first save that flushes
+	// (or WriteMode); nil before, or when off, and then aioOff says why.
 	aio    *aioWriter
 	aioOff error
 }
@@ -272,14 +272,14 @@ func (cf *CheckpointFile) start(cp *Checkpoint) (wait func() error, err error) {
 				case !unsupported(err):
 					return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
 				}
-				cf.stopAIO(err)
+				cf.closeAIO(err)
 				return cf.write(b, off, gen)
 			}, nil
 		}
 		if !unsupported(err) {
 			return nil, fmt.Errorf("write checkpoint %s: %w", cf.path, err)
 		}
-		cf.stopAIO(err)
+		cf.closeAIO(err)
 	}
 	return done, cf.write(b, off, gen)
 }
@@ -303,8 +303,9 @@ func (cf *CheckpointFile) openAIO() {
 	cf.aio, cf.aioOff = openAIO(cf.path)
 }
 
-// stopAIO turns asynchronous writes off for good, for reason.
-func (cf *CheckpointFile) stopAIO(reason error) {
+// closeAIO closes the asynchronous writer. With a reason, writes stay
+// synchronous for good; without, the next save opens the writer again.
+func (cf *CheckpointFile) closeAIO(reason error) {
 	if cf.aio != nil {
 		cf.aio.close()
 		cf.aio = nil
@@ -341,10 +342,7 @@ func (cf *CheckpointFile) reopen() error {
 		cf.f.Close()
 	}
 	cf.f = f
-	if cf.aio != nil {
-		cf.aio.close() // it writes the file this one replaced
-	}
-	cf.aio, cf.aioOff = nil, nil
+	cf.closeAIO(nil) // it writes the file this one replaced
 	return nil
 }
 
@@ -392,10 +390,7 @@ func encodeSlot(gen uint64, payload []byte) []byte {
 
 // Close releases the file.
 func (cf *CheckpointFile) Close() error {
-	if cf.aio != nil {
-		cf.aio.close()
-		cf.aio = nil
-	}
+	cf.closeAIO(nil)
 	if cf.f == nil {
 		return nil
 	}

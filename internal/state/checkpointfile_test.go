@@ -248,9 +248,9 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 			defer func() { cf.Close() }()
 			switch got := cf.WriteMode(); {
 			case mode == "synchronous":
-				cf.stopAIO(errors.New("turned off by the test"))
+				cf.closeAIO(errors.New("turned off by the test"))
 				if got := cf.WriteMode(); got != "synchronous: turned off by the test" {
-					t.Fatalf("write mode %q after stopAIO", got)
+					t.Fatalf("write mode %q after closeAIO", got)
 				}
 			case got != mode:
 				t.Skipf("this system writes the checkpoint %s", got)
