@@ -13,6 +13,12 @@ import (
 const (
 	gatherFlushes = 2
 	maxGather     = time.Millisecond
+	// streamGap: calls that shared a flush are taken to be followed by
+	// more while the next flush comes less than streamGap after it (a
+	// loaded node's round trips to the kubelet take milliseconds); a
+	// later caller starts afresh. A wrong guess costs one wait, at most
+	// maxGather.
+	streamGap = 10 * time.Millisecond
 )
 
 // journal writes the checkpoint to its file. Changes are made in memory
@@ -26,11 +32,15 @@ const (
 //   - while an operation is expected: a prepare or release in the State
 //     that is not programming and not yet waiting, or a claim of a kubelet
 //     call announced by Expect that has not reached the State yet;
-//   - for the whole time, when the previous flush was shared too: callers
-//     keep arriving, and most are not known before they do.
+//   - for the whole time while calls come together: the caller found
+//     another flushing before it, or the previous flush served more than
+//     one call (claims of one kubelet call count once) and ended less
+//     than streamGap ago. Such callers keep arriving, and most are not
+//     known before they do.
 //
 // A caller that is alone, with nothing expected, flushes at once: a
-// single prepare never waits.
+// single prepare never waits, not even right after a flush that many
+// claims of one call shared.
 type journal struct {
 	mu    sync.Mutex // serialises flushes
 	file  *CheckpointFile
@@ -38,19 +48,28 @@ type journal struct {
 	err   error  // the last flush's error, until a flush succeeds
 	syncs atomic.Uint64
 	// waiting counts the callers in sync whose change is not yet on the
-	// disk; arrived wakes a gathering flush (wake).
-	waiting atomic.Int32
-	arrived chan struct{}
+	// disk, and sameCall those of them whose kubelet call has another
+	// caller in sync already; arrived wakes a gathering flush (wake).
+	waiting  atomic.Int32
+	sameCall atomic.Int32
+	arrived  chan struct{}
 	// incoming counts the announced claims (Expect) not yet in the State.
 	incoming atomic.Int32
-	// flushTime is the moving average of a flush's duration; lastBatch is
-	// how many callers the previous flush served.
+	// flushTime is the moving average of a flush's duration; lastBatch and
+	// lastCalls are how many callers and calls the previous flush served,
+	// lastEnd when it ended.
 	flushTime time.Duration
 	lastBatch int32
-	// maxGather bounds a flush's wait (maxGather; tests change it), and
-	// onGather, when set, is called when a flush starts waiting (tests).
+	lastCalls int32
+	lastEnd   time.Time
+	// maxGather bounds a flush's wait (maxGather) and streamGap ends a
+	// stream of calls (streamGap); tests change them. onGather and
+	// onFlush, when set, are called when a flush starts waiting and
+	// when it starts writing (tests).
 	maxGather time.Duration
+	streamGap time.Duration
 	onGather  func()
+	onFlush   func()
 }
 
 // update is the one place the checkpoint changes: it applies change to the
@@ -65,9 +84,10 @@ func (s *State) update(change func(cp *Checkpoint)) uint64 {
 
 // sync makes generation gen of the checkpoint durable, flushing every
 // change made so far: callers that wait while a flush runs share the next
-// one (group commit). Callers must not hold s.mu.
-func (s *State) sync(gen uint64) error {
-	return s.startSync(gen)()
+// one (group commit). call is the kubelet call the change belongs to
+// (Expect), or nil. Callers must not hold s.mu.
+func (s *State) sync(gen uint64, call *announced) error {
+	return s.startSync(gen, call)()
 }
 
 // startSync is sync in two halves: it starts the flush that makes gen
@@ -75,30 +95,35 @@ func (s *State) sync(gen uint64) error {
 // do other work (the disk flushes meanwhile) but must not commit; it
 // must call wait. A flush that other callers wait for is ended before
 // startSync returns, so that no caller's other work holds them up.
-func (s *State) startSync(gen uint64) (wait func() error) {
+func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 	j := &s.journal
-	j.waiting.Add(1)
+	queued := j.enter(call) > 1 // a flush of others runs or gathers
 	j.wake()
 	j.mu.Lock()
 	unlock := func() {
 		j.mu.Unlock()
-		j.waiting.Add(-1)
+		j.leave(call)
 	}
 	if j.saved >= gen && j.err == nil {
 		unlock()
 		return func() error { return nil }
 	}
-	s.gather()
+	s.gather(queued)
 	j.lastBatch = j.waiting.Load()
+	j.lastCalls = j.lastBatch - j.sameCall.Load()
 	s.mu.Lock()
 	snapshot, newest := s.cp.clone(), s.gen
 	s.mu.Unlock()
+	if j.onFlush != nil {
+		j.onFlush()
+	}
 	start := time.Now()
 	waitFile, err := j.file.start(snapshot)
 	// end ends the flush; timed, it also counts the flush's duration in
 	// the average (an overlapped flush would count the caller's work too).
 	end := func(timed bool) error {
 		defer unlock()
+		defer func() { j.lastEnd = time.Now() }()
 		if err == nil {
 			err = waitFile()
 		}
@@ -122,6 +147,23 @@ func (s *State) startSync(gen uint64) (wait func() error) {
 	return func() error { return err }
 }
 
+// enter counts a caller of sync of call (nil: a call of its own); leave
+// uncounts it.
+func (j *journal) enter(call *announced) (waiting int32) {
+	waiting = j.waiting.Add(1)
+	if call != nil && call.syncing.Add(1) > 1 {
+		j.sameCall.Add(1)
+	}
+	return waiting
+}
+
+func (j *journal) leave(call *announced) {
+	if call != nil && call.syncing.Add(-1) > 0 {
+		j.sameCall.Add(-1)
+	}
+	j.waiting.Add(-1)
+}
+
 // averageFlush counts a flush of duration d in flushTime. The caller
 // holds j.mu.
 func (j *journal) averageFlush(d time.Duration) {
@@ -142,10 +184,10 @@ func (j *journal) wake() {
 
 // gather waits before a flush for more changes to share it (see journal).
 // The caller holds j.mu.
-func (s *State) gather() {
+func (s *State) gather(queued bool) {
 	j := &s.journal
 	wait := min(gatherFlushes*j.flushTime, j.maxGather)
-	shared := j.lastBatch > 1
+	shared := queued || (j.lastCalls > 1 && time.Since(j.lastEnd) < j.streamGap)
 	if wait <= 0 || (!shared && !s.expecting()) {
 		return
 	}
@@ -193,8 +235,9 @@ func (s *State) expecting() bool {
 // expectKey is the context key of a kubelet call's announced claims.
 type expectKey struct{}
 
-// announced is what is left of a kubelet call's announced claims.
-type announced struct{ left atomic.Int32 }
+// announced is a kubelet call's: how many of its announced claims have
+// not reached the State yet, and how many of its callers are in sync.
+type announced struct{ left, syncing atomic.Int32 }
 
 // Expect announces a kubelet call of n claims, from when it arrives at the
 // plugin (before the claims are read from the API server): a flush meanwhile
@@ -212,9 +255,15 @@ func (s *State) Expect(ctx context.Context, n int) (context.Context, func()) {
 	return context.WithValue(ctx, expectKey{}, a), end
 }
 
+// callOf returns ctx's kubelet call (Expect), or nil.
+func callOf(ctx context.Context) *announced {
+	a, _ := ctx.Value(expectKey{}).(*announced)
+	return a
+}
+
 // arrived takes one announced claim of ctx's call, if any.
 func (s *State) arrived(ctx context.Context) {
-	if a, ok := ctx.Value(expectKey{}).(*announced); ok {
+	if a := callOf(ctx); a != nil {
 		s.arrive(a)
 	}
 }
@@ -234,10 +283,11 @@ func (s *State) arrive(a *announced) bool {
 	}
 }
 
-// commit applies change and makes it durable: update, then sync.
-func (s *State) commit(change func(cp *Checkpoint)) error {
+// commit applies change and makes it durable: update, then sync (of
+// call).
+func (s *State) commit(call *announced, change func(cp *Checkpoint)) error {
 	s.mu.Lock()
 	gen := s.update(change)
 	s.mu.Unlock()
-	return s.sync(gen)
+	return s.sync(gen, call)
 }

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -84,6 +85,17 @@ func TestFlushWaitsForAnnouncedClaims(t *testing.T) {
 	checkConsistent(t, n)
 }
 
+// prepareAsync prepares h in another goroutine; the channel gets its
+// error.
+func prepareAsync(ctx context.Context, n *testnode.Node, h state.Holder, reqs []state.DeviceRequest, devs *discovery.Result) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.State.Prepare(ctx, h, reqs, devs)
+		done <- err
+	}()
+	return done
+}
+
 // atOnce runs f and fails the test if a flush waits for anything meanwhile.
 func atOnce(t *testing.T, gathering <-chan struct{}, what string, f func() error) {
 	t.Helper()
@@ -122,11 +134,7 @@ func TestFlushAloneIsImmediate(t *testing.T) {
 	defer end()
 	prepareAtOnce(t, ctx, n, gathering, holder("announced"), ports[1].DeviceName(), devs)
 
-	programmed := make(chan error, 1)
-	go func() {
-		_, err := n.State.Prepare(context.Background(), holder("programming"), request(ports[2].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs)
-		programmed <- err
-	}()
+	programmed := prepareAsync(context.Background(), n, holder("programming"), request(ports[2].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs)
 	await(t, started, "programming to start")
 	atOnce(t, gathering, "unprepare plain", func() error { return n.State.Unprepare(context.Background(), holder("plain").UID) })
 	prepareAtOnce(t, context.Background(), n, gathering, holder("beside"), ports[0].DeviceName(), devs)
@@ -143,15 +151,127 @@ func TestFlushAloneIsImmediate(t *testing.T) {
 func TestFlushWaitEndsWhenCallEnds(t *testing.T) {
 	n, devs, gathering := flushingNode(t, 1, nil)
 	ctx, end := n.State.Expect(context.Background(), 3)
-	done := make(chan error, 1)
-	go func() {
-		_, err := n.State.Prepare(ctx, holder("a"), request(devs.Ports()[0].DeviceName(), nil), devs)
-		done <- err
-	}()
+	done := prepareAsync(ctx, n, holder("a"), request(devs.Ports()[0].DeviceName(), nil), devs)
 	await(t, gathering, "the flush to wait for the call's other claims")
 	end()
 	if err := await(t, done, "the prepare once its call ended"); err != nil {
 		t.Fatal(err)
+	}
+	checkConsistent(t, n)
+}
+
+// TestFlushAfterOneCallIsImmediate: many claims of one kubelet call that
+// shared a flush are no stream of calls; a lone unprepare right after
+// flushes at once.
+func TestFlushAfterOneCallIsImmediate(t *testing.T) {
+	n, devs, gathering := flushingNode(t, 4, nil)
+	state.SetStreamGap(n.State, gatherBound)
+	ctx, end := n.State.Expect(context.Background(), len(devs.Ports()))
+	before := n.State.CheckpointSyncs()
+	prepareAll(t, ctx, n, devs)
+	end()
+	if got := n.State.CheckpointSyncs() - before; got != 1 {
+		t.Fatalf("the call's %d prepares flushed %d times, want once", len(devs.Ports()), got)
+	}
+	drain(gathering)
+	atOnce(t, gathering, "unprepare 0", func() error { return n.State.Unprepare(context.Background(), holder("0").UID) })
+	checkConsistent(t, n)
+}
+
+// twoCallsShareFlush prepares holders "a" and "b" on the first two ports,
+// each in a kubelet call of its own, sharing one flush; it empties
+// gathering.
+func twoCallsShareFlush(t *testing.T, n *testnode.Node, devs *discovery.Result, gathering chan struct{}) {
+	t.Helper()
+	before := n.State.CheckpointSyncs()
+	var dones []<-chan error
+	var ends []func()
+	for i, name := range []string{"a", "b"} {
+		ctx, end := n.State.Expect(context.Background(), 1)
+		ends = append(ends, end)
+		dones = append(dones, prepareAsync(ctx, n, holder(name), request(devs.Ports()[i].DeviceName(), nil), devs))
+	}
+	for _, done := range dones {
+		if err := await(t, done, "the two calls' prepares"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, end := range ends {
+		end()
+	}
+	if got := n.State.CheckpointSyncs() - before; got != 1 {
+		t.Fatalf("two calls' prepares flushed %d times, want once", got)
+	}
+	drain(gathering)
+}
+
+// TestFlushWaitsWhileCallsStream: after a flush that two kubelet calls
+// shared, the next caller waits for more, unannounced as they are.
+func TestFlushWaitsWhileCallsStream(t *testing.T) {
+	n, devs, gathering := flushingNode(t, 3, nil)
+	state.SetStreamGap(n.State, gatherBound)
+	twoCallsShareFlush(t, n, devs, gathering)
+	state.SetGatherBound(n.State, time.Millisecond) // the wait ends on its timer
+	done := prepareAsync(context.Background(), n, holder("c"), request(devs.Ports()[2].DeviceName(), nil), devs)
+	await(t, gathering, "the flush after two calls to wait for more")
+	if err := await(t, done, "the prepare after its wait"); err != nil {
+		t.Fatal(err)
+	}
+	checkConsistent(t, n)
+}
+
+// TestFlushAfterStreamEndedIsImmediate: once the flush two calls shared
+// is older than the stream gap, the next caller flushes at once.
+func TestFlushAfterStreamEndedIsImmediate(t *testing.T) {
+	n, devs, gathering := flushingNode(t, 3, nil)
+	state.SetStreamGap(n.State, gatherBound)
+	twoCallsShareFlush(t, n, devs, gathering)
+	state.AgeLastFlush(n.State, 2*gatherBound)
+	prepareAtOnce(t, context.Background(), n, gathering, holder("c"), devs.Ports()[2].DeviceName(), devs)
+	checkConsistent(t, n)
+}
+
+// drain empties ch.
+func drain(ch chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+// TestFlushWaitsWhenQueued: a caller that finds another flushing before
+// it is one of several arriving together, and waits for more before its
+// own flush.
+func TestFlushWaitsWhenQueued(t *testing.T) {
+	n, devs, gathering := flushingNode(t, 2, nil)
+	state.SetGather(n.State, time.Millisecond, time.Millisecond, func() { gathering <- struct{}{} })
+	flushing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	state.SetOnFlush(n.State, func() {
+		once.Do(func() { close(flushing); <-release })
+	})
+	first := prepareAsync(context.Background(), n, holder("first"), request(devs.Ports()[0].DeviceName(), nil), devs)
+	await(t, flushing, "the first flush")
+	queued := prepareAsync(context.Background(), n, holder("queued"), request(devs.Ports()[1].DeviceName(), nil), devs)
+	for deadline := time.Now().Add(guard); state.Waiting(n.State) < 2; runtime.Gosched() {
+		if time.Now().After(deadline) { // the second caller is in sync, behind the first flush
+			t.Fatalf("the second prepare did not reach the checkpoint within %s", guard)
+		}
+	}
+	select {
+	case <-gathering:
+		t.Fatal("the first flush, alone, waited")
+	default:
+	}
+	close(release)
+	await(t, gathering, "the queued caller's flush to wait for more")
+	for _, done := range []<-chan error{first, queued} {
+		if err := await(t, done, "the prepares"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	checkConsistent(t, n)
 }

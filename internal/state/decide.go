@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -133,21 +134,29 @@ type plan struct {
 	before *DeviceRecord
 }
 
-// facts gathers the decision's input for one device of holder h. Caller
-// holds mu.
-func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
-	// What this process loaded is newer than any discovery pass that has
-	// not seen it yet.
-	loadedAFU := port.AFUID
-	if l, ok := s.loaded[device]; ok {
-		loadedAFU = l.afu
+// facts gathers the decision's input for one device of holder h, read by
+// a discovery pass that began at seen. Caller holds mu.
+func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, seen time.Time, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
+	loadedAFU, loadedSHA, loadedRef := port.AFUID, "", ""
+	switch l, ok := s.loaded[device]; {
+	case !ok:
+	case seen.IsZero() || seen.Before(l.at):
+		// What this process loaded is newer than a pass that began
+		// before the load ended.
+		loadedAFU, loadedSHA, loadedRef = l.afu, l.sha256, l.reference
+	case port.AFUID == l.afu:
+		loadedSHA, loadedRef = l.sha256, l.reference
+	default:
+		// A later pass reads another AFU: the region was reset or
+		// programmed outside this driver since, and the file this
+		// process loaded is gone.
 	}
 	f := deviceFacts{
 		Device:         device,
 		InterfaceID:    card.InterfaceID,
 		LoadedAFU:      loadedAFU,
-		LoadedSHA:      s.loaded[device].sha256,
-		LoadedRef:      s.loaded[device].reference,
+		LoadedSHA:      loadedSHA,
+		LoadedRef:      loadedRef,
 		Rebooted:       rec != nil && rec.BootID != s.bootID,
 		Programmable:   s.cfg.Programmable,
 		HaveProgrammer: s.cfg.Programmer != nil,

@@ -4,10 +4,46 @@ import "time"
 
 // SetGather makes s's flushes take flushTime on average as far as
 // gathering is concerned, wait at most bound, and call onGather when one
-// starts waiting.
+// starts waiting; it forgets the previous flush.
 func SetGather(s *State, flushTime, bound time.Duration, onGather func()) {
 	j := &s.journal
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.flushTime, j.maxGather, j.onGather, j.lastBatch = flushTime, bound, onGather, 0
+	j.flushTime, j.maxGather, j.onGather, j.lastBatch, j.lastCalls = flushTime, bound, onGather, 0, 0
 }
+
+// SetGatherBound makes s's flushes wait at most bound.
+func SetGatherBound(s *State, bound time.Duration) {
+	j := &s.journal
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.maxGather = bound
+}
+
+// SetStreamGap makes a stream of calls last while the next flush comes
+// less than gap after the previous one.
+func SetStreamGap(s *State, gap time.Duration) {
+	j := &s.journal
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.streamGap = gap
+}
+
+// AgeLastFlush makes the previous flush of s look d older.
+func AgeLastFlush(s *State, d time.Duration) {
+	j := &s.journal
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.lastEnd = j.lastEnd.Add(-d)
+}
+
+// SetOnFlush makes s's flushes call f when they start writing.
+func SetOnFlush(s *State, f func()) {
+	j := &s.journal
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.onFlush = f
+}
+
+// Waiting is how many callers wait for s's checkpoint to reach the disk.
+func Waiting(s *State) int32 { return s.journal.waiting.Load() }

@@ -75,7 +75,7 @@ func (s *State) decideProgramHeld(logger klog.Logger, uid types.UID, device, int
 		return nil, false, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", device)
 	}
 	cfg := &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: interfaceID, Programming: v1alpha1.ProgrammingIfNeeded}
-	p, err := decideDevice(cfg, s.facts(uid, device, card, port, nil, func(types.UID) bool { return false }))
+	p, err := decideDevice(cfg, s.facts(uid, device, card, port, devs.Started, nil, func(types.UID) bool { return false }))
 	switch {
 	case err != nil:
 		return nil, false, err
@@ -117,7 +117,7 @@ func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, 
 	if _, err := s.writeSpec(h, updated.Devices, devs); err != nil {
 		return fmt.Errorf("rewrite the CDI spec after programming: %w", err)
 	}
-	return s.commit(func(cp *Checkpoint) {
+	return s.commit(nil, func(cp *Checkpoint) {
 		if cur := cp.Claims[string(uid)]; cur != nil && s.holds[device] == uid && len(cur.Devices) > i && cur.Devices[i].Device == device {
 			cur.Devices[i].AFUID = afuID
 			cur.Devices[i].Programmed = cur.Devices[i].Programmed || programmed

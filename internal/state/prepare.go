@@ -31,6 +31,8 @@ type op struct {
 	reported bool
 	// beforeBinding: the prepare ends at PhaseProgrammed (BeforeBinding).
 	beforeBinding bool
+	// call is the kubelet call the operation belongs to (Expect), or nil.
+	call *announced
 }
 
 // PrepareOption adjusts one Prepare.
@@ -40,6 +42,7 @@ type prepareOptions struct {
 	supersede     func(types.UID) bool
 	rebuild       bool
 	beforeBinding bool
+	call          *announced
 }
 
 // BeforeBinding makes the prepare program what its devices need and
@@ -85,6 +88,7 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	if o.supersede == nil {
 		o.supersede = func(types.UID) bool { return false }
 	}
+	o.call = callOf(ctx)
 	var before []Programming
 	for first := true; ; first = false {
 		op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
@@ -157,7 +161,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		if !ok {
 			return nil, nil, nil, nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
 		}
-		f := s.facts(h.UID, r.Device, card, port, rec, may)
+		f := s.facts(h.UID, r.Device, card, port, devs.Started, rec, may)
 		p, err := decideDevice(r.Config, f)
 		if err != nil {
 			return nil, nil, nil, nil, err
@@ -171,7 +175,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		plans = append(plans, pl)
 	}
 	jobCtx, cancel := context.WithCancelCause(s.ctx)
-	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding}
+	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding, call: o.call}
 	s.ops[h.UID] = op
 	for _, p := range plans {
 		s.holds[p.req.Device] = h.UID
@@ -196,7 +200,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	h := op.holder
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
 	if len(op.jobs) > 0 {
-		err := s.commit(func(cp *Checkpoint) {
+		err := s.commit(op.call, func(cp *Checkpoint) {
 			// An earlier record of the holder (another allocation of
 			// the claim, programmed before binding) frees the devices
 			// the plans do not name.
@@ -236,7 +240,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	releasing := s.releasing[h.UID]
 	s.mu.Unlock()
 	if op.beforeBinding {
-		err := s.commit(func(cp *Checkpoint) {
+		err := s.commit(op.call, func(cp *Checkpoint) {
 			s.dropRecord(h.UID)
 			rec := s.record(h, PhaseProgrammed, plans)
 			cp.Claims[string(h.UID)] = rec
@@ -295,14 +299,14 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	if !alone {
 		go writeSpec()
 	}
-	wait := s.startSync(gen)
+	wait := s.startSync(gen, op.call)
 	if alone {
 		writeSpec()
 	}
 	err = wait()
 	specErr := <-written
 	if specErr != nil {
-		if uerr := s.commit(undo); uerr != nil {
+		if uerr := s.commit(op.call, undo); uerr != nil {
 			logger.Error(uerr, "Undoing the record of a claim whose CDI spec could not be written failed; the next prepare or a restart corrects it")
 		}
 		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, specErr))

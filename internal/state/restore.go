@@ -148,7 +148,7 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, r
 		}
 	})
 	s.mu.Unlock()
-	if err := s.sync(gen); err != nil {
+	if err := s.sync(gen, nil); err != nil {
 		return fmt.Errorf("record claims recovered from CDI specs: %w", err)
 	}
 	return nil

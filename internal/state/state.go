@@ -275,7 +275,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		jobs:      map[string]*job{},
 		ports:     map[string]*sync.Mutex{},
 		loaded:    map[string]loadedFile{},
-		journal:   journal{file: cpFile, arrived: make(chan struct{}, 1), maxGather: maxGather},
+		journal:   journal{file: cpFile, arrived: make(chan struct{}, 1), maxGather: maxGather, streamGap: streamGap},
 	}
 	if warning != nil {
 		s.damaged = warning.Error()

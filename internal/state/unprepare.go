@@ -17,7 +17,7 @@ import (
 // the kubelet calls again. Racing calls for one holder get one answer.
 func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 	for first := true; ; first = false {
-		rel, pending, known := s.beginRelease(uid)
+		rel, pending, known := s.beginRelease(uid, callOf(ctx))
 		if first {
 			s.arrived(ctx)
 		}
@@ -38,7 +38,7 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 // returns the release operation to wait for (a running one, or a new one
 // it starts when nothing of uid runs any more), or the channels of the
 // operations still running for uid, which it cancelled.
-func (s *State) beginRelease(uid types.UID) (rel *op, pending []<-chan struct{}, known bool) {
+func (s *State) beginRelease(uid types.UID, call *announced) (rel *op, pending []<-chan struct{}, known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.ops[uid]
@@ -71,7 +71,7 @@ func (s *State) beginRelease(uid types.UID) (rel *op, pending []<-chan struct{},
 	if rec := s.cp.Claims[string(uid)]; rec != nil {
 		h.Namespace, h.Name = rec.Namespace, rec.Name
 	}
-	rel = &op{holder: h, release: true, done: make(chan struct{})}
+	rel = &op{holder: h, release: true, done: make(chan struct{}), call: call}
 	s.ops[uid] = rel
 	go s.runRelease(rel)
 	return rel, nil, true
@@ -126,7 +126,7 @@ func (s *State) runRelease(rel *op) {
 		err = fmt.Errorf("remove CDI spec of claim %s: %w", rel.holder, err)
 	} else {
 		s.step(StepSpecRemoved, uid)
-		err = s.commit(func(*Checkpoint) {
+		err = s.commit(rel.call, func(*Checkpoint) {
 			s.dropRecord(uid)
 			for device, h := range s.holds {
 				if h == uid {

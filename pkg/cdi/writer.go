@@ -10,8 +10,9 @@ import (
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 )
 
 // specDirMode is the mode of a spec directory the Writer creates.

@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
 func TestWriteClaimSpecInjectsOnlyThePorts(t *testing.T) {

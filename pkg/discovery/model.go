@@ -11,6 +11,7 @@ package discovery
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // KernelDriver names the kernel driver family that exposes a card.
@@ -283,6 +284,10 @@ type Result struct {
 	// Errors holds one error per card (or port) that could not be used, for
 	// example a card without an interface ID. Those cards are not in Cards.
 	Errors []error
+	// Started is when the pass began reading: what it says of every card
+	// was read no earlier (zero when unknown). A change made before it
+	// shows in the result; one made after it may not.
+	Started time.Time
 }
 
 // Ports returns every port of every card, in card order (none for a nil

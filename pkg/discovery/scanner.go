@@ -132,7 +132,7 @@ func (s *Scanner) Scan() (*Result, error) { return s.ScanContext(context.Backgro
 // when the root or a selected family's directory cannot be read, or ctx
 // ended. Cards are ordered by PCI address.
 func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
-	res := &Result{Drivers: s.Detect()}
+	res := &Result{Drivers: s.Detect(), Started: time.Now()}
 	if len(res.Drivers) == 0 {
 		// Nothing loaded: say so when the root itself is missing.
 		if _, err := os.Stat(s.Root); err != nil {
@@ -188,10 +188,13 @@ func (s *Scanner) Refresh(old *Result) (*Result, bool) {
 func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, bool) {
 	timeout := s.readTimeout()
 	stuck := s.stuckCards()
-	res := &Result{Drivers: old.Drivers, Errors: old.Errors, Cards: make([]*Card, len(old.Cards))}
+	// A stalled card keeps what the old pass read of it, and so the
+	// result is only as recent as the old one.
+	res := &Result{Drivers: old.Drivers, Errors: old.Errors, Cards: make([]*Card, len(old.Cards)), Started: time.Now()}
 	changes := make([]bool, len(old.Cards))
 	stall := func(i int, r stuckRead) {
 		res.Cards[i] = stalled(old.Cards[i], r, timeout)
+		res.Started = old.Started
 		for k, p := range res.Cards[i].Ports {
 			changes[i] = changes[i] || p.Health.String() != old.Cards[i].Ports[k].Health.String()
 		}

@@ -95,6 +95,9 @@ func TestStuckReadIsBounded(t *testing.T) {
 			t.Fatalf("card %d is unhealthy beside a stuck card: %v", c, h)
 		}
 	}
+	if !res2.Started.Equal(res.Started) {
+		t.Fatalf("a refresh that kept a stuck card's old reading began at %v; want the old pass's %v (it is only as recent as that)", res2.Started, res.Started)
+	}
 	// A later change on another card is seen, and the stuck card is not
 	// read again (its report, with the time it got stuck, stays).
 	if err := n.SetPortErrors(n.Cards[2].Ports[0], "0x1"); err != nil {
