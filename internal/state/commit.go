@@ -97,7 +97,7 @@ func (s *State) sync(gen uint64, call *announced) error {
 // startSync returns, so that no caller's other work holds them up.
 func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 	j := &s.journal
-	queued := j.enter(call) > 1 // a flush of others runs or gathers
+	queued := j.enter(call) > 1 // another call's flush runs or gathers
 	j.wake()
 	j.mu.Lock()
 	unlock := func() {
@@ -147,14 +147,14 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 	return func() error { return err }
 }
 
-// enter counts a caller of sync of call (nil: a call of its own); leave
-// uncounts it.
-func (j *journal) enter(call *announced) (waiting int32) {
-	waiting = j.waiting.Add(1)
+// enter counts a caller of sync of call (nil: a call of its own) and
+// returns how many calls have callers in sync now; leave uncounts it.
+func (j *journal) enter(call *announced) (calls int32) {
+	waiting := j.waiting.Add(1)
 	if call != nil && call.syncing.Add(1) > 1 {
-		j.sameCall.Add(1)
+		return waiting - j.sameCall.Add(1)
 	}
-	return waiting
+	return waiting - j.sameCall.Load()
 }
 
 func (j *journal) leave(call *announced) {
