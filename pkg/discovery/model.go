@@ -153,6 +153,8 @@ type Card struct {
 	tempCrit int64
 	// mgmtPath is the management function's sysfs directory ("" without).
 	mgmtPath string
+	// stale marks a stalled copy: the card as an earlier pass read it.
+	stale bool
 }
 
 // ManagementNodes returns every node of the card a container must never

@@ -41,9 +41,10 @@ type Scanner struct {
 	known map[KernelDriver]*known
 	// stuck holds the cards (by PCI directory) whose reads outlasted
 	// ReadTimeout and have not returned yet; last the latest card of each
-	// PCI directory a pass produced.
-	stuck map[string]stuckRead
-	last  map[string]*Card
+	// PCI directory a pass produced, and lastStarted when that pass began.
+	stuck       map[string]stuckRead
+	last        map[string]*Card
+	lastStarted time.Time
 }
 
 func (s *Scanner) readTimeout() time.Duration {
@@ -81,8 +82,20 @@ func (s *Scanner) remember(res *Result) {
 		last[c.PCIPath] = c
 	}
 	s.mu.Lock()
-	s.last = last
+	s.last, s.lastStarted = last, res.Started
 	s.mu.Unlock()
+}
+
+// settle makes Started the start of the earlier pass, earlier, whose
+// reading a stalled card of r keeps, when r holds one: r is only as
+// recent as that.
+func (r *Result) settle(earlier time.Time) {
+	for _, c := range r.Cards {
+		if c.stale {
+			r.Started = earlier
+			return
+		}
+	}
 }
 
 // stalled is the card at pciPath, last seen as c (nil when never), while a
@@ -90,6 +103,7 @@ func (s *Scanner) remember(res *Result) {
 func stalled(c *Card, r stuckRead, timeout time.Duration) *Card {
 	h := r.health(c.PCIAddress, timeout)
 	out := *c
+	out.stale = true
 	out.Ports = make([]*Port, len(c.Ports))
 	for i, p := range c.Ports {
 		q := *p
@@ -132,6 +146,9 @@ func (s *Scanner) Scan() (*Result, error) { return s.ScanContext(context.Backgro
 // when the root or a selected family's directory cannot be read, or ctx
 // ended. Cards are ordered by PCI address.
 func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
+	s.mu.Lock()
+	earlier := s.lastStarted // of the cards a stalled read keeps
+	s.mu.Unlock()
 	res := &Result{Drivers: s.Detect(), Started: time.Now()}
 	if len(res.Drivers) == 0 {
 		// Nothing loaded: say so when the root itself is missing.
@@ -149,6 +166,7 @@ func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
 		}
 	}
 	sort.SliceStable(res.Cards, func(i, j int) bool { return res.Cards[i].PCIAddress < res.Cards[j].PCIAddress })
+	res.settle(earlier)
 	s.remember(res)
 	return res, nil
 }
@@ -188,13 +206,10 @@ func (s *Scanner) Refresh(old *Result) (*Result, bool) {
 func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, bool) {
 	timeout := s.readTimeout()
 	stuck := s.stuckCards()
-	// A stalled card keeps what the old pass read of it, and so the
-	// result is only as recent as the old one.
 	res := &Result{Drivers: old.Drivers, Errors: old.Errors, Cards: make([]*Card, len(old.Cards)), Started: time.Now()}
 	changes := make([]bool, len(old.Cards))
 	stall := func(i int, r stuckRead) {
 		res.Cards[i] = stalled(old.Cards[i], r, timeout)
-		res.Started = old.Started
 		for k, p := range res.Cards[i].Ports {
 			changes[i] = changes[i] || p.Health.String() != old.Cards[i].Ports[k].Health.String()
 		}
@@ -241,6 +256,7 @@ func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, boo
 		}
 		stall(i, r)
 	}
+	res.settle(old.Started)
 	s.remember(res)
 	return res, slices.Contains(changes, true)
 }

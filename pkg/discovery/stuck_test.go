@@ -117,6 +117,9 @@ func TestStuckReadIsBounded(t *testing.T) {
 	if len(full.Cards) != 3 || portHealth(t, full, 1).String() != h.String() || !portHealth(t, full, 0).Healthy {
 		t.Fatalf("full scan while card 1 is stuck: %d cards, card 1 %v", len(full.Cards), portHealth(t, full, 1))
 	}
+	if !full.Started.Equal(res.Started) {
+		t.Fatalf("a full scan that kept the stuck card's reading began at %v; want the pass that read it, %v", full.Started, res.Started)
+	}
 
 	release()
 	if err := n.SetPortErrors(n.Cards[2].Ports[0], "0x0"); err != nil {
