@@ -97,7 +97,8 @@ func (s *State) sync(gen uint64, call *announced) error {
 // startSync returns, so that no caller's other work holds them up.
 func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 	j := &s.journal
-	queued := j.enter(call) > 1 // another call's flush runs or gathers
+	j.enter(call)
+	queued := j.calls() > 1 // another call's flush runs or gathers
 	j.wake()
 	j.mu.Lock()
 	unlock := func() {
@@ -110,7 +111,7 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 	}
 	s.gather(queued)
 	j.lastBatch = j.waiting.Load()
-	j.lastCalls = j.lastBatch - j.sameCall.Load()
+	j.lastCalls = j.calls()
 	s.mu.Lock()
 	snapshot, newest := s.cp.clone(), s.gen
 	s.mu.Unlock()
@@ -147,14 +148,13 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 	return func() error { return err }
 }
 
-// enter counts a caller of sync of call (nil: a call of its own) and
-// returns how many calls have callers in sync now; leave uncounts it.
-func (j *journal) enter(call *announced) (calls int32) {
-	waiting := j.waiting.Add(1)
+// enter counts a caller of sync of call (nil: a call of its own); leave
+// uncounts it.
+func (j *journal) enter(call *announced) {
+	j.waiting.Add(1)
 	if call != nil && call.syncing.Add(1) > 1 {
-		return waiting - j.sameCall.Add(1)
+		j.sameCall.Add(1)
 	}
-	return waiting - j.sameCall.Load()
 }
 
 func (j *journal) leave(call *announced) {
@@ -163,6 +163,9 @@ func (j *journal) leave(call *announced) {
 	}
 	j.waiting.Add(-1)
 }
+
+// calls is how many kubelet calls have callers in sync.
+func (j *journal) calls() int32 { return j.waiting.Load() - j.sameCall.Load() }
 
 // averageFlush counts a flush of duration d in flushTime. The caller
 // holds j.mu.

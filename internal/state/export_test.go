@@ -2,47 +2,41 @@ package state
 
 import "time"
 
+// withJournal runs f on s's journal while no flush runs.
+func withJournal(s *State, f func(j *journal)) {
+	s.journal.mu.Lock()
+	defer s.journal.mu.Unlock()
+	f(&s.journal)
+}
+
 // SetGather makes s's flushes take flushTime on average as far as
 // gathering is concerned, wait at most bound, and call onGather when one
 // starts waiting; it forgets the previous flush.
 func SetGather(s *State, flushTime, bound time.Duration, onGather func()) {
-	j := &s.journal
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.flushTime, j.maxGather, j.onGather, j.lastBatch, j.lastCalls = flushTime, bound, onGather, 0, 0
+	withJournal(s, func(j *journal) {
+		j.flushTime, j.maxGather, j.onGather, j.lastBatch, j.lastCalls = flushTime, bound, onGather, 0, 0
+	})
 }
 
 // SetGatherBound makes s's flushes wait at most bound.
 func SetGatherBound(s *State, bound time.Duration) {
-	j := &s.journal
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.maxGather = bound
+	withJournal(s, func(j *journal) { j.maxGather = bound })
 }
 
 // SetStreamGap makes a stream of calls last while the next flush comes
 // less than gap after the previous one.
 func SetStreamGap(s *State, gap time.Duration) {
-	j := &s.journal
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.streamGap = gap
+	withJournal(s, func(j *journal) { j.streamGap = gap })
 }
 
 // AgeLastFlush makes the previous flush of s look d older.
 func AgeLastFlush(s *State, d time.Duration) {
-	j := &s.journal
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.lastEnd = j.lastEnd.Add(-d)
+	withJournal(s, func(j *journal) { j.lastEnd = j.lastEnd.Add(-d) })
 }
 
 // SetOnFlush makes s's flushes call f when they start writing.
 func SetOnFlush(s *State, f func()) {
-	j := &s.journal
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.onFlush = f
+	withJournal(s, func(j *journal) { j.onFlush = f })
 }
 
 // Waiting is how many callers wait for s's checkpoint to reach the disk.
