@@ -8,16 +8,13 @@ import (
 )
 
 // CheckpointVersion is the version of the checkpoint payload this code
-// writes. Loading migrates every earlier version (see decodePayload) and
-// refuses a later one with ErrNewerCheckpoint, leaving the file untouched:
-// a downgrade after an upgrade is stopped, never guessed.
-//
-// Versions:
-//
-//	1  {"version":1,"checksum":"<sha256 of data>","data":{"bootID":…,"claims":{…}}}
-//	   (release 0.1: a checksum inside the slot's checksum)
-//	2  {"version":2,"bootID":…,"claims":{…}}: the slot's checksum is the
-//	   only one
+// writes: {"version":2,"bootID":…,"claims":{…}}, in a slot whose
+// checksum is the only one (see CheckpointFile). Loading refuses a later
+// version with ErrNewerCheckpoint, leaving the file untouched (a
+// downgrade after an upgrade is stopped, never guessed), and takes any
+// other as damage. Version 1, an envelope with a checksum of its own,
+// was written only during development, never by a release, and is not
+// read: a node that has one recovers its claims from their CDI specs.
 const CheckpointVersion = 2
 
 // ClaimPhase says how far preparation of a claim got.
@@ -104,15 +101,7 @@ func EncodeCheckpoint(cp *Checkpoint) ([]byte, error) {
 	return data, nil
 }
 
-// envelopeV1 is the version 1 payload.
-type envelopeV1 struct {
-	Version  int             `json:"version"`
-	Checksum string          `json:"checksum"`
-	Data     json.RawMessage `json:"data"`
-}
-
-// DecodeCheckpoint parses a checkpoint payload of any version this code
-// knows and migrates it to the current one. It fails with an error
+// DecodeCheckpoint parses a checkpoint payload. It fails with an error
 // wrapping ErrNewerCheckpoint for a later version and ErrCorruptCheckpoint
 // for anything undecodable. A payload that decodes but holds a device
 // twice is returned sanitized (see sanitized) together with an error
@@ -129,14 +118,6 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	case v.Version > CheckpointVersion:
 		return nil, fmt.Errorf("%w: format version %d, this driver reads versions up to %d: run that driver release or a newer one on this node, or drain the node and remove the checkpoint",
 			ErrNewerCheckpoint, v.Version, CheckpointVersion)
-	case v.Version == 1:
-		var env envelopeV1
-		if err := strictDecode(b, &env); err != nil {
-			return nil, fmt.Errorf("%w: version 1 envelope: %v", ErrCorruptCheckpoint, err)
-		}
-		if err := strictDecode(env.Data, cp); err != nil {
-			return nil, fmt.Errorf("%w: version 1 data: %v", ErrCorruptCheckpoint, err)
-		}
 	case v.Version == CheckpointVersion:
 		if err := strictDecode(b, cp); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)

@@ -1,9 +1,6 @@
 package state
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,26 +15,6 @@ func sampleCheckpoint() *Checkpoint {
 		"uid-2": {UID: "uid-2", Namespace: "ns", Name: "b", Phase: PhaseStarted, BootID: "boot-1",
 			Devices: []DeviceRecord{{Device: "fpga-0000-02-00-0-p0"}}},
 	}}
-}
-
-// encodeV1 renders cp as release 0.1 wrote a slot's payload: an envelope
-// with its own checksum.
-func encodeV1(t testing.TB, cp *Checkpoint) []byte {
-	t.Helper()
-	v1 := struct {
-		BootID string                  `json:"bootID"`
-		Claims map[string]*ClaimRecord `json:"claims"`
-	}{cp.BootID, cp.Claims}
-	data, err := json.Marshal(v1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(data)
-	b, err := json.Marshal(envelopeV1{Version: 1, Checksum: hex.EncodeToString(sum[:]), Data: data})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
@@ -82,7 +59,7 @@ func TestDecodeCheckpoint(t *testing.T) {
 		want          string
 	}{
 		{name: "current", data: string(good)},
-		{name: "version 1 migrates", data: string(encodeV1(t, sampleCheckpoint()))},
+		{name: "development version 1", data: `{"version":1,"checksum":"","data":{"bootID":"boot-1","claims":{}}}`, broken: true, want: "unknown format version 1"},
 		{name: "garbage", data: "\x00\x01", broken: true, want: "corrupt"},
 		{name: "unknown field", data: strings.Replace(string(good), `"version"`, `"extra":1,"version"`, 1), broken: true, want: "unknown field"},
 		{name: "trailing data", data: string(good) + "{}", broken: true, want: "after top-level value"},
@@ -123,7 +100,6 @@ func TestCheckpointSanitizesDoubleHolds(t *testing.T) {
 func FuzzDecodeCheckpoint(f *testing.F) {
 	good, _ := EncodeCheckpoint(sampleCheckpoint())
 	f.Add(good)
-	f.Add(encodeV1(f, sampleCheckpoint()))
 	f.Add([]byte(`{"version":1,"checksum":"","data":{}}`))
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`{}`))

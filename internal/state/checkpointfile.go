@@ -28,12 +28,11 @@ import (
 //	sha256 of generation, length and payload (32 bytes) | payload
 //
 // The checksum covers the generation, so that a damaged generation can
-// never make an older slot pass for the newest. Release 0.1 wrote magic
-// "FPGACKP2", whose checksum covers the payload alone; such slots are
-// read (and rewritten as FPGACKP3 by the next save).
+// never make an older slot pass for the newest. (Magic "FPGACKP2", a
+// checksum of the payload alone, was written only during development and
+// is not read.)
 const (
 	slotMagic       = "FPGACKP3"
-	slotMagicV2     = "FPGACKP2"
 	slotHeaderSize  = 8 + 8 + 4 + 32
 	minSlotSize     = 64 << 10
 	maxCheckpointSz = 64 << 20
@@ -76,17 +75,12 @@ func parseSlot(b []byte) slot {
 	}
 	s.payload = b[slotHeaderSize : slotHeaderSize+n]
 	sum := slotChecksum(b[8:20], s.payload)
-	if string(b[:8]) == slotMagicV2 {
-		sum = sha256.Sum256(s.payload)
-	}
 	s.valid = bytes.Equal(sum[:], b[20:52])
 	return s
 }
 
-// isSlot reports whether b starts with a slot's magic (either version).
-func isSlot(b []byte) bool {
-	return bytes.HasPrefix(b, []byte(slotMagic)) || bytes.HasPrefix(b, []byte(slotMagicV2))
-}
+// isSlot reports whether b starts with a slot's magic.
+func isSlot(b []byte) bool { return bytes.HasPrefix(b, []byte(slotMagic)) }
 
 // slotChecksum is the checksum of a slot: its generation and length (the
 // 12 header bytes after the magic) and its payload.
@@ -356,7 +350,7 @@ func (cf *CheckpointFile) setFlush(flush bool) error {
 }
 
 // rewrite replaces the file atomically with both slots holding cp, each of
-// size bytes: for a new file, a migration and a checkpoint outgrowing its
+// size bytes: for a new file, a damaged one and a checkpoint outgrowing its
 // slots.
 func (cf *CheckpointFile) rewrite(cp *Checkpoint, size int64) error {
 	payload, err := EncodeCheckpoint(cp)

@@ -156,13 +156,16 @@ func TestCheckpointFileNewerVersionUntouched(t *testing.T) {
 	}
 }
 
-func TestCheckpointFileMigratesVersion1(t *testing.T) {
+// TestCheckpointFileOfDevelopmentIsDamage: slots of the development
+// format (magic FPGACKP2, a version 1 payload) are damage, not a
+// checkpoint to trust: the file is kept aside and rewritten empty, and
+// the caller hears of it (State then recovers holds from CDI specs).
+func TestCheckpointFileOfDevelopmentIsDamage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), CheckpointFileName)
-	// Release 0.1's slot: magic FPGACKP2, a checksum of the payload alone.
-	old := encodeV1(t, sampleCheckpoint())
-	slotV2 := func(gen uint64) []byte {
+	old := []byte(`{"version":1,"checksum":"","data":{"bootID":"boot-1","claims":{}}}`)
+	slot := func(gen uint64) []byte {
 		b := make([]byte, minSlotSize)
-		copy(b, slotMagicV2)
+		copy(b, "FPGACKP2")
 		binary.LittleEndian.PutUint64(b[8:], gen)
 		binary.LittleEndian.PutUint32(b[16:], uint32(len(old)))
 		sum := sha256.Sum256(old)
@@ -170,21 +173,16 @@ func TestCheckpointFileMigratesVersion1(t *testing.T) {
 		copy(b[slotHeaderSize:], old)
 		return b
 	}
-	slotA, slotB := slotV2(4), slotV2(3)
-	if err := os.WriteFile(path, append(slotA, slotB...), 0o600); err != nil {
+	if err := os.WriteFile(path, append(slot(4), slot(3)...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cf, cp, err := OpenCheckpoint(path)
-	if err != nil || len(cp.Claims) != 2 || cp.Claims["uid-1"].Devices[0].CDIDeviceID == "" {
-		t.Fatalf("release 0.1 checkpoint: %v, %+v", err, cp)
-	}
-	if err := cf.Save(cp); err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, ErrCorruptCheckpoint) || cf == nil || len(cp.Claims) != 0 {
+		t.Fatalf("development checkpoint: %v, %+v; want it reported as damaged and an empty checkpoint", err, cp)
 	}
 	cf.Close()
-	b, _ := os.ReadFile(path)
-	if s := parseSlot(b[newestSlot(b):]); !s.valid || !strings.HasPrefix(string(b[newestSlot(b):]), slotMagic) || !strings.HasPrefix(string(s.payload), `{"version":2,`) {
-		t.Fatalf("a save after migration wrote %.40q, want a %s slot of version 2", b[newestSlot(b):], slotMagic)
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
+		t.Fatalf("damaged file kept aside as %v, want one copy", aside)
 	}
 }
 

@@ -44,8 +44,8 @@ const (
 type journal struct {
 	mu    sync.Mutex // serialises flushes
 	file  *CheckpointFile
-	saved uint64 // the newest generation on disk
-	err   error  // the last flush's error, until a flush succeeds
+	saved atomic.Uint64 // the newest generation on disk
+	err   error         // the last flush's error, until a flush succeeds
 	syncs atomic.Uint64
 	// waiting counts the callers in sync whose change is not yet on the
 	// disk, and sameCall those of them whose kubelet call has another
@@ -90,6 +90,22 @@ func (s *State) sync(gen uint64, call *announced) error {
 	return s.startSync(gen, call)()
 }
 
+// durable returns once every change made so far is on the disk. An
+// answer drawn from the state in memory instead of an operation's own
+// commit (a completed record, a holder not known) waits for it: after a
+// flush failed, memory holds changes the disk may not, and a call the
+// kubelet retries must not be told they are done. Callers must not hold
+// s.mu.
+func (s *State) durable(call *announced) error {
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
+	if s.journal.saved.Load() >= gen {
+		return nil
+	}
+	return s.sync(gen, call)
+}
+
 // startSync is sync in two halves: it starts the flush that makes gen
 // durable and returns wait, which ends it. Between the two the caller may
 // do other work (the disk flushes meanwhile) but must not commit; it
@@ -105,7 +121,7 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 		j.mu.Unlock()
 		j.leave(call)
 	}
-	if j.saved >= gen && j.err == nil {
+	if j.saved.Load() >= gen && j.err == nil {
 		unlock()
 		return func() error { return nil }
 	}
@@ -138,7 +154,8 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 				j.averageFlush(time.Since(start))
 			}
 		}
-		j.saved, j.err = newest, nil
+		j.saved.Store(newest)
+		j.err = nil
 		return nil
 	}
 	if j.lastBatch == 1 {

@@ -3,10 +3,13 @@ package state_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
@@ -274,4 +277,44 @@ func TestFlushWaitsWhenQueued(t *testing.T) {
 		}
 	}
 	checkConsistent(t, n)
+}
+
+// TestFailedFlushIsNeverAnswered: a flush that fails answers its callers
+// with the error, and what memory then holds but the disk may not (a
+// completed record, a record removed) is never the answer to a call the
+// kubelet retries until a flush has put it on the disk: a crash never
+// loses what the kubelet was told.
+func TestFailedFlushIsNeverAnswered(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	devs := n.Devices(t)
+	ports := devs.Ports()
+	a, b := holder("a"), holder("b")
+	ctx := context.Background()
+	if _, err := n.State.Prepare(ctx, b, request(ports[1].DeviceName(), nil), devs); err != nil {
+		t.Fatal(err)
+	}
+
+	state.BreakCheckpointWrites(n.State)
+	for try := range 2 {
+		if _, err := n.State.Prepare(ctx, a, request(ports[0].DeviceName(), nil), devs); err == nil {
+			t.Errorf("prepare %d of %s answered while no checkpoint write succeeds", try+1, a.UID)
+		}
+		if err := n.State.Unprepare(ctx, b.UID); err == nil {
+			t.Errorf("unprepare %d of %s answered while no checkpoint write succeeds", try+1, b.UID)
+		}
+	}
+
+	if err := state.HealCheckpointWrites(n.State); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.Prepare(ctx, a, request(ports[0].DeviceName(), nil), devs); err != nil {
+		t.Fatalf("prepare of %s once writes work again: %v", a.UID, err)
+	}
+	if err := n.State.Unprepare(ctx, b.UID); err != nil {
+		t.Fatalf("unprepare of %s once writes work again: %v", b.UID, err)
+	}
+	checkConsistent(t, n)
+	if got := n.State.Holders(); !maps.Equal(got, map[string]types.UID{ports[0].DeviceName(): a.UID}) {
+		t.Errorf("holders %v, want only %s on %s", got, a.UID, ports[0].DeviceName())
+	}
 }

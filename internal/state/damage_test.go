@@ -1,16 +1,19 @@
 package state_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
@@ -59,20 +62,22 @@ func damages(b []byte) []damage {
 
 // TestCheckpointDamageNeverForgetsAClaim damages every byte range of a
 // checkpoint that records two prepared claims, the newest save being the
-// second claim's, and starts the driver on it each time: both claims must
-// still hold their devices (from the checkpoint's older slot or from their
-// CDI specs), no CDI spec may be removed, another claim must be refused
-// both devices, and any damage found must be reported.
+// second claim's, which programmed its region (so the older save has it
+// only started), and starts the driver on it each time: both claims must
+// still hold their devices as prepared (from the checkpoint's older slot
+// or from their CDI specs), no CDI spec may be removed, another claim must
+// be refused both devices, and any damage found must be reported.
 func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
 	devs := n.Devices(t)
 	ports := devs.Ports()
 	a, b := holder("a"), holder("b")
 	ctx := context.Background()
-	for i, h := range []state.Holder{a, b} {
-		if _, err := n.State.Prepare(ctx, h, request(ports[i].DeviceName(), nil), devs); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := n.State.Prepare(ctx, a, request(ports[0].DeviceName(), nil), devs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.Prepare(ctx, b, request(ports[1].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); err != nil {
+		t.Fatal(err)
 	}
 	pristine, err := os.ReadFile(filepath.Join(n.DataDir, state.CheckpointFileName))
 	if err != nil {
@@ -133,6 +138,9 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 			if got := holds[ports[i].DeviceName()]; got != h.UID {
 				t.Fatalf("%s: device %s is held by %q after the restart, want %s (recovered %v, warning %v)", d.name, ports[i].DeviceName(), got, h.UID, report.Recovered, warning)
 			}
+			if rec, _ := st.Claim(h.UID); rec.Phase != state.PhaseCompleted {
+				t.Fatalf("%s: %s is %q after the restart, want %s (recovered %v, warning %v)", d.name, h.UID, rec.Phase, state.PhaseCompleted, report.Recovered, warning)
+			}
 			if _, err := st.Prepare(ctx, holder("intruder"), request(ports[i].DeviceName(), nil), devs); !errors.Is(err, state.ErrDeviceHeld) {
 				t.Fatalf("%s: another claim on %s's device: %v", d.name, h.Name, err)
 			}
@@ -170,4 +178,137 @@ func mustList(t *testing.T, w *cdi.Writer) []string {
 		t.Fatal(err)
 	}
 	return uids
+}
+
+// damageNewestSlot flips a byte of the checksum of the newest slot of the
+// checkpoint at path: the older slot is read instead.
+func damageNewestSlot(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(b) / 2
+	newest := 0
+	if binary.LittleEndian.Uint64(b[half+8:]) > binary.LittleEndian.Uint64(b[8:]) {
+		newest = half
+	}
+	b[newest+20] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedCheckpointKeepsClaimsPrepared: a claim whose region was
+// programmed and whose CDI spec was handed out stays prepared through a
+// damaged checkpoint, whether the older save had it only started or the
+// checkpoint lost it altogether: its next prepare programs nothing (a
+// container may use the region), and the start after, with the rewritten
+// checkpoint sound, keeps its spec. A spec naming a device the checkpoint
+// gives another claim is kept, reported and not used.
+func TestDamagedCheckpointKeepsClaimsPrepared(t *testing.T) {
+	loseBoth := func(t *testing.T, path string) {
+		if err := os.WriteFile(path, []byte("\x00garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+		// reset loads another AFU into the region before the restart
+		// (the region was reset, or the node rebooted): the spec's AFU
+		// is no longer there, and the next prepare programs it again.
+		reset bool
+	}{
+		{"older save has it started", damageNewestSlot, false},
+		{"both saves lost", loseBoth, false},
+		{"both saves lost and the region reset", loseBoth, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+			devs := n.Devices(t)
+			dev := devs.Ports()[0].DeviceName()
+			a := holder("a")
+			req := request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways))
+			ctx := context.Background()
+			if _, err := n.State.Prepare(ctx, a, req, devs); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+			if tc.reset {
+				_, port, err := n.Sim.Port(devs.Ports()[0].Node.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Sim.SetAFUID(port, simnode.DefaultAFUID); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			damaged := testnode.New(t, testnode.Options{Restart: n})
+			if damaged.StateWarning == nil || len(damaged.Restored.Recovered) != 1 || damaged.Restored.Recovered[0].UID != a.UID {
+				t.Fatalf("start on the damaged checkpoint: warning %v, recovered %v; want the damage reported and %s recovered", damaged.StateWarning, damaged.Restored.Recovered, a.UID)
+			}
+			if _, err := damaged.State.Prepare(ctx, a, req, damaged.Devices(t)); err != nil {
+				t.Fatalf("prepare of %s again: %v", a.UID, err)
+			}
+			if c, want := damaged.Programmer.TotalCalls(), map[bool]int{false: 0, true: 1}[tc.reset]; c != want {
+				t.Errorf("the region of prepared claim %s was programmed %d times after the damaged start, want %d", a.UID, c, want)
+			}
+
+			sound := testnode.New(t, testnode.Options{Restart: damaged})
+			if sound.StateWarning != nil || len(sound.Restored.Removed) != 0 {
+				t.Errorf("start after the recovery: warning %v, removed specs %v", sound.StateWarning, sound.Restored.Removed)
+			}
+			if ok, err := sound.CDI.ClaimSpecExists(string(a.UID)); err != nil || !ok {
+				t.Errorf("CDI spec of %s after the start that followed the recovery: exists %v, %v", a.UID, ok, err)
+			}
+			if got := sound.State.Holders()[dev]; got != a.UID {
+				t.Errorf("device %s is held by %q, want %s", dev, got, a.UID)
+			}
+		})
+	}
+}
+
+// TestRecoveryNeverGivesAHeldDevice: with the checkpoint damaged, a CDI
+// spec naming a device that the checkpoint's older save gives another
+// claim is kept and reported, and the device stays with that claim.
+func TestRecoveryNeverGivesAHeldDevice(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	devs := n.Devices(t)
+	ports := devs.Ports()
+	a, b, forged := holder("a"), holder("b"), holder("forged")
+	ctx := context.Background()
+	for i, h := range []state.Holder{a, b} {
+		if _, err := n.State.Prepare(ctx, h, request(ports[i].DeviceName(), nil), devs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A spec of another claim naming a's device.
+	spec, err := os.ReadFile(n.CDI.SpecPath(string(a.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedSpec := bytes.ReplaceAll(spec, []byte(a.UID), []byte(forged.UID))
+	if err := os.WriteFile(n.CDI.SpecPath(string(forged.UID)), forgedSpec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+
+	r := testnode.New(t, testnode.Options{Restart: n})
+	if got := r.State.Holders()[ports[0].DeviceName()]; got != a.UID {
+		t.Errorf("device %s is held by %q after the recovery, want %s", ports[0].DeviceName(), got, a.UID)
+	}
+	if len(r.Restored.Kept) != 1 || !strings.Contains(r.Restored.Kept[0].Error(), string(forged.UID)) {
+		t.Errorf("kept specs %v, want the one of %s reported", r.Restored.Kept, forged.UID)
+	}
+	if _, ok := r.State.Claim(forged.UID); ok {
+		t.Errorf("%s has a record after the recovery", forged.UID)
+	}
+	if ok, err := r.CDI.ClaimSpecExists(string(forged.UID)); err != nil || !ok {
+		t.Errorf("spec of %s after the recovery: exists %v, %v; want it kept", forged.UID, ok, err)
+	}
+	if got := r.State.Holders()[ports[1].DeviceName()]; got != b.UID {
+		t.Errorf("device %s is held by %q after the recovery, want %s", ports[1].DeviceName(), got, b.UID)
+	}
 }

@@ -1,6 +1,9 @@
 package state
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // withJournal runs f on s's journal while no flush runs.
 func withJournal(s *State, f func(j *journal)) {
@@ -41,3 +44,19 @@ func SetOnFlush(s *State, f func()) {
 
 // Waiting is how many callers wait for s's checkpoint to reach the disk.
 func Waiting(s *State) int32 { return s.journal.waiting.Load() }
+
+// BreakCheckpointWrites makes s's checkpoint writes fail (a disk gone bad)
+// until HealCheckpointWrites.
+func BreakCheckpointWrites(s *State) {
+	withJournal(s, func(j *journal) {
+		j.file.closeAIO(errors.New("writes broken by the test"))
+		j.file.f.Close()
+	})
+}
+
+// HealCheckpointWrites makes s's checkpoint writes work again.
+func HealCheckpointWrites(s *State) error {
+	var err error
+	withJournal(s, func(j *journal) { err = j.file.reopen() })
+	return err
+}

@@ -98,9 +98,13 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		switch {
 		case err != nil:
 			return Outcome{Programmed: before}, err
-		case completed != nil && completed.Phase == PhaseProgrammed:
-			return Outcome{}, nil // programmed before binding already
 		case completed != nil:
+			if err := s.durable(o.call); err != nil {
+				return Outcome{Programmed: before}, fmt.Errorf("record claim %s: %w", h, err)
+			}
+			if completed.Phase == PhaseProgrammed {
+				return Outcome{}, nil // programmed before binding already
+			}
 			out, err := s.completed(h, completed, devs)
 			out.Programmed = before
 			return out, err

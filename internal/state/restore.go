@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -17,8 +18,8 @@ type RestoreReport struct {
 	// Damage is why the checkpoint was found damaged at start; empty when
 	// it was sound.
 	Damage string
-	// Recovered are the holders the checkpoint did not have and whose
-	// holds were rebuilt from their CDI specs.
+	// Recovered are the holders the checkpoint did not have as completed
+	// and whose holds were rebuilt from their CDI specs.
 	Recovered []Holder
 	// Kept are CDI specs Restore neither used nor removed, with the
 	// reason (a spec naming a device another holder holds, or one that
@@ -33,10 +34,12 @@ type RestoreReport struct {
 // the kubelet can call:
 //
 //   - when the checkpoint was found damaged (see New), every CDI spec of a
-//     holder it does not have is evidence of a prepared claim: its hold
-//     is rebuilt from the spec (devices, requests, AFU IDs) and recorded,
-//     so its devices stay held until the kubelet unprepares it, and
-//     nothing is removed as unknown;
+//     holder it does not have as completed (not at all, or only started
+//     or programmed) is evidence of a prepared claim: its hold is rebuilt
+//     from the spec (devices, AFU IDs, CDI devices) and recorded as
+//     completed, so its devices stay held until the kubelet unprepares it
+//     and its next prepare programs nothing, and nothing is removed as
+//     unknown;
 //   - the CDI spec of every completed holder is rewritten (the CDI
 //     directory is often a tmpfs that a reboot emptied);
 //   - with a sound checkpoint, specs of holders it does not have as
@@ -57,7 +60,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 			report.Kept = append(report.Kept, err)
 			logger.Error(err, "CDI spec kept but not used: it cannot be read")
 		}
-		if err := s.recoverFromSpecs(logger, specs, &report); err != nil {
+		if err := s.recoverFromSpecs(logger, specs, devs, &report); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -106,41 +109,46 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	return report, errors.Join(errs...)
 }
 
-// recoverFromSpecs rebuilds and records the holds of specs whose holder
-// the checkpoint does not have. A spec naming a device that another
-// holder holds is kept and reported: one device is never held twice.
-func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, report *RestoreReport) error {
+// recoverFromSpecs rebuilds and records, from their CDI specs, the holds
+// of holders the damaged checkpoint does not have as completed: a spec is
+// written only when a prepare completes, so it is evidence that the lost
+// newest save had the holder completed, even where the older save has
+// the holder only started or programmed. A spec naming a device that
+// another holder holds is kept and reported: one device is never held
+// twice.
+func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, devs *discovery.Result, report *RestoreReport) error {
 	var recovered []*ClaimRecord
 	s.mu.Lock()
 	for _, spec := range specs {
-		if _, ok := s.cp.Claims[spec.UID]; ok {
+		old := s.cp.Claims[spec.UID]
+		if old != nil && old.Phase == PhaseCompleted {
 			continue
 		}
-		rec := &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
-		var conflict error
-		for _, d := range spec.Devices {
-			if other, held := s.holds[d.Name]; held && other != types.UID(spec.UID) {
-				conflict = fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
-				break
-			}
-			rec.Devices = append(rec.Devices, DeviceRecord{Device: d.Name, AFUID: d.AFUID, CDIDeviceID: d.CDIDeviceID})
-		}
+		rec, conflict := s.recordFromSpec(spec, old, devs)
 		if conflict != nil {
 			report.Kept = append(report.Kept, conflict)
 			logger.Error(conflict, "CDI spec kept but not used")
 			continue
 		}
-		// The boot the spec was written in, the claim's name and its
-		// requests are unknown: the record counts as from another boot,
-		// so its next prepare, which names the claim, decides again.
+		if old != nil {
+			for _, d := range old.Devices {
+				if s.holds[d.Device] == types.UID(old.UID) {
+					delete(s.holds, d.Device)
+				}
+			}
+		}
 		for _, d := range rec.Devices {
 			s.holds[d.Device] = types.UID(rec.UID)
 		}
 		recovered = append(recovered, rec)
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
 		report.Recovered = append(report.Recovered, h)
-		logger.Error(nil, "RECOVERED a prepared claim the damaged checkpoint had lost, from its CDI spec; its devices stay held until the kubelet unprepares it",
-			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID))
+		had := "nothing of it"
+		if old != nil {
+			had = "it only as " + string(old.Phase)
+		}
+		logger.Error(nil, "RECOVERED a prepared claim from its CDI spec: the damaged checkpoint had "+had+"; its devices stay held until the kubelet unprepares it",
+			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID), "sameBoot", rec.BootID == s.bootID)
 	}
 	gen := s.update(func(cp *Checkpoint) {
 		for _, rec := range recovered {
@@ -152,6 +160,44 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, r
 		return fmt.Errorf("record claims recovered from CDI specs: %w", err)
 	}
 	return nil
+}
+
+// recordFromSpec is the completed record of spec's holder: its devices
+// and CDI devices are the spec's; what the spec does not say (the claim's
+// name, requests, what was programmed, the boot) comes from old, the
+// holder's earlier record, when there is one. Without one, the record
+// counts as from this boot when every region still holds the AFU the spec
+// hands over (so the holder's next prepare does not program a region a
+// container may be using), else as from another boot (its next prepare
+// decides again). conflict says which device another holder holds.
+// Caller holds mu.
+func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, conflict error) {
+	rec = &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
+	if old != nil {
+		rec = old.clone()
+		rec.Phase, rec.Devices = PhaseCompleted, nil
+	}
+	loaded := old == nil
+	for _, d := range spec.Devices {
+		if other, held := s.holds[d.Name]; held && other != types.UID(spec.UID) {
+			return nil, fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
+		}
+		dr := DeviceRecord{Device: d.Name}
+		if old != nil {
+			if i := slices.IndexFunc(old.Devices, func(o DeviceRecord) bool { return o.Device == d.Name }); i >= 0 {
+				dr = old.Devices[i]
+			}
+		}
+		dr.AFUID, dr.CDIDeviceID = d.AFUID, d.CDIDeviceID
+		rec.Devices = append(rec.Devices, dr)
+		if _, port, ok := devs.FindPort(d.Name); !ok || d.AFUID == "" || port.AFUID != d.AFUID {
+			loaded = false
+		}
+	}
+	if old == nil && loaded {
+		rec.BootID = s.bootID
+	}
+	return rec, nil
 }
 
 func deviceNames(recs []DeviceRecord) []string {

@@ -23,6 +23,10 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 		}
 		switch {
 		case !known:
+			// Released, or never prepared: once that is on the disk.
+			if err := s.durable(callOf(ctx)); err != nil {
+				return fmt.Errorf("release claim %s: %w", uid, err)
+			}
 			return nil
 		case rel != nil:
 			return s.awaitRelease(ctx, rel)
