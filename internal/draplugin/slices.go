@@ -114,6 +114,13 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 	if a, err := deviceattribute.GetPCIBusIDAttribute(p.PCIAddress); err == nil {
 		attrs[a.Name] = a.Value
 	}
+	// The PCIe root is one readlink of Root/sys/bus/pci/devices/<address>,
+	// left outside discovery's bounded reader on purpose: readlink of a
+	// sysfs symlink is answered by kernfs from its in-memory tree and
+	// never calls into the device's driver, so a wedged card cannot stall
+	// it (and readlink of anything but a symlink, a FIFO in a simulated
+	// tree included, fails at once with EINVAL without opening it). Only
+	// reads of attributes, which reach the driver, need the bound.
 	root, ok := pcieRoots[p.PCIAddress]
 	if !ok {
 		if a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(p.PCIAddress, deviceattribute.WithFSFromRoot(filepath.Join(o.Root, "sys"))); err == nil {

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -174,4 +175,101 @@ func timedOut(addr, attr string, timeout time.Duration) error {
 		attr = "its sysfs directory"
 	}
 	return fmt.Errorf("card %s: read of %s timed out after %s: the card is left out until that read returns", addr, attr, timeout)
+}
+
+// ErrReadTimedOut is matched by the error of a ReadBounded that stopped
+// waiting for a read that outlasted its timeout, or that found an earlier
+// read of the same file still stuck. Its text is "timed out".
+var ErrReadTimedOut = errors.New("timed out")
+
+// pendingReads holds the files (by path) whose ReadBounded reads were
+// abandoned and have not returned yet: how many, and since when.
+var pendingReads struct {
+	mu sync.Mutex
+	m  map[string]pendingRead
+}
+
+type pendingRead struct {
+	stuckRead
+	n int
+}
+
+// ReadBounded runs read, a read of the file at path that may block in the
+// kernel (a wedged device, a FIFO), on a goroutine of its own, and waits
+// for it at most timeout (DefaultReadTimeout when <= 0) and while ctx
+// lasts. It returns read's result when read returns in time. Otherwise it
+// abandons read, which goes on until the kernel lets it return, and
+// fails: with an error matching ErrReadTimedOut and naming path and
+// timeout, or one wrapping context.Cause(ctx) when ctx ended first. An
+// abandoned read leaves path pending until it returns; meanwhile every
+// ReadBounded of path fails at once with ErrReadTimedOut and does not
+// call read, so a stuck file holds at most one goroutine however often it
+// is polled. A ctx that has ended already fails it without calling read.
+// ReadBounded is safe for concurrent use; the discovery passes bound
+// their reads the same way (see Scanner.ReadTimeout).
+func ReadBounded[T any](ctx context.Context, path string, timeout time.Duration, read func() (T, error)) (T, error) {
+	var zero T
+	if timeout <= 0 {
+		timeout = DefaultReadTimeout
+	}
+	if ctx.Err() != nil {
+		return zero, fmt.Errorf("read of %s: gave up waiting: %w", path, context.Cause(ctx))
+	}
+	pendingReads.mu.Lock()
+	p, stuck := pendingReads.m[path]
+	pendingReads.mu.Unlock()
+	if stuck {
+		return zero, fmt.Errorf("read of %s %w: an earlier read has been stuck since %s (%d pending): the file is not read again until that read returns",
+			path, ErrReadTimedOut, p.since.UTC().Format(time.RFC3339), p.n)
+	}
+	type outcome struct {
+		v   T
+		err error
+	}
+	// returned and counted are guarded by pendingReads.mu: whichever of
+	// the abandoned read's return and the marking below comes second
+	// undoes or skips the mark.
+	var returned, counted bool
+	results, done, left := boundedMap(ctx, 1, timeout,
+		func(int) outcome {
+			v, err := read()
+			return outcome{v, err}
+		},
+		func(int, outcome) {
+			pendingReads.mu.Lock()
+			defer pendingReads.mu.Unlock()
+			returned = true
+			if !counted {
+				return
+			}
+			if p := pendingReads.m[path]; p.n > 1 {
+				p.n--
+				pendingReads.m[path] = p
+			} else {
+				delete(pendingReads.m, path)
+			}
+		})
+	if done[0] {
+		return results[0].v, results[0].err
+	}
+	if left[0] {
+		pendingReads.mu.Lock()
+		if !returned {
+			counted = true
+			p := pendingReads.m[path]
+			if p.n == 0 {
+				p.stuckRead = stuckRead{attr: path, since: time.Now()}
+			}
+			p.n++
+			if pendingReads.m == nil {
+				pendingReads.m = map[string]pendingRead{}
+			}
+			pendingReads.m[path] = p
+		}
+		pendingReads.mu.Unlock()
+	}
+	if ctx.Err() != nil {
+		return zero, fmt.Errorf("read of %s: gave up waiting: %w", path, context.Cause(ctx))
+	}
+	return zero, fmt.Errorf("read of %s %w after %s: the read is abandoned, and the file is not read again until it returns", path, ErrReadTimedOut, timeout)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,61 @@ func TestScanStopsWithItsContext(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("scan after its context ended: %v, want context.Canceled", err)
+	}
+}
+
+// TestReadBoundedOnePendingReadPerFile: a read that outlasts its timeout
+// fails with ErrReadTimedOut and leaves its file pending; until it
+// returns, reads of that file fail at once without calling read, reads of
+// other files go on, and once it returns the file is read again.
+func TestReadBoundedOnePendingReadPerFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "afu_id")
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	calls := 0
+	stuck := func() (string, error) {
+		calls++
+		<-release
+		return "late", nil
+	}
+	ctx := context.Background()
+	_, err := discovery.ReadBounded(ctx, path, time.Millisecond, stuck)
+	if !errors.Is(err, discovery.ErrReadTimedOut) || !strings.Contains(err.Error(), "read of "+path+" timed out after 1ms") {
+		t.Fatalf("stuck read: %v, want it to time out naming the file and the bound", err)
+	}
+	for range 3 {
+		_, err := discovery.ReadBounded(ctx, path, time.Hour, stuck)
+		if !errors.Is(err, discovery.ErrReadTimedOut) || !strings.Contains(err.Error(), "an earlier read has been stuck since") {
+			t.Fatalf("read while one is stuck: %v", err)
+		}
+	}
+	if v, err := discovery.ReadBounded(ctx, path+"2", time.Hour, func() (string, error) { return "other", nil }); v != "other" || err != nil {
+		t.Fatalf("another file beside a stuck one: %q, %v", v, err)
+	}
+	close(release)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v, err := discovery.ReadBounded(ctx, path, time.Hour, func() (string, error) { return "again", nil })
+		if err == nil && v == "again" {
+			break
+		}
+		if !errors.Is(err, discovery.ErrReadTimedOut) || time.Now().After(deadline) {
+			t.Fatalf("read after the stuck one returned: %q, %v", v, err)
+		}
+		runtime.Gosched()
+	}
+	if calls != 1 {
+		t.Fatalf("the stuck file was read %d times, want once", calls)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := discovery.ReadBounded(cancelled, path, time.Hour, stuck); !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Fatalf("read with an ended context: %v after %d calls, want context.Canceled and no read", err, calls)
 	}
 }

@@ -32,6 +32,13 @@ type LoadOptions struct {
 	// VerifyInterval is the pause between reads of a busy afu_id;
 	// DefaultVerifyInterval when <= 0.
 	VerifyInterval time.Duration
+	// ReadTimeout bounds each read of the AFU ID attribute while
+	// verifying; discovery.DefaultReadTimeout when <= 0. A read that
+	// outlasts it (a wedged device) fails the load with ErrVerifyFailed
+	// and discovery.ErrReadTimedOut; the stuck read is left behind, and
+	// the attribute is not read again until it returns (see
+	// discovery.ReadBounded).
+	ReadTimeout time.Duration
 
 	// readAFUID replaces (*discovery.Port).ReadAFUID in tests, which cannot
 	// make a regular file return EBUSY.
@@ -76,8 +83,11 @@ type Result struct {
 //     or xclbinuuid is empty for at most opts.VerifyTimeout, and must equal
 //     bs.AFUID (ErrVerifyFailed).
 //
-// Steps 1 and 2 run before anything is read or programmed. Callers must not
-// load one port twice at once.
+// Steps 1 and 2 run before anything is read or programmed. Each read of
+// step 5 is bounded by ctx and opts.ReadTimeout, so Load returns within
+// about opts.VerifyTimeout + opts.ReadTimeout of programming, or soon after
+// ctx ends, however the attribute's reads block. Callers must not load one
+// port twice at once.
 func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discovery.Port, bs *Bitstream, opts LoadOptions) (Result, error) {
 	start := time.Now()
 	if p == nil || card == nil || port == nil || bs == nil {
@@ -146,7 +156,9 @@ func formatFits(bs *Bitstream, card *discovery.Card, port *discovery.Port) error
 // verifyAFU reads the port's AFU ID attribute until it stops reporting
 // EBUSY (afu_id) or being empty (xclbinuuid), for at most
 // opts.VerifyTimeout, and compares it with the bitstream's AFU ID. Polling is
-// how the kernel interfaces work: neither attribute has a change event.
+// how the kernel interfaces work: neither attribute has a change event. Each
+// read is bounded by ctx and opts.ReadTimeout (discovery.ReadBounded): one
+// that outlasts them ends the verification with ErrVerifyFailed.
 func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, bs *Bitstream, opts LoadOptions) error {
 	read, what := opts.readAFUID, "AFU"
 	if card.Driver == discovery.DriverXRT {
@@ -166,9 +178,22 @@ func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, 
 	if interval <= 0 {
 		interval = DefaultVerifyInterval
 	}
+	readTimeout := opts.ReadTimeout
+	if readTimeout <= 0 {
+		readTimeout = discovery.DefaultReadTimeout
+	}
+	path := port.AFUIDPath()
+	attr := filepath.Base(path)
 	deadline := time.Now().Add(timeout)
 	for {
-		id, err := read(port)
+		id, err := discovery.ReadBounded(ctx, path, readTimeout, func() (string, error) { return read(port) })
+		switch {
+		case errors.Is(err, discovery.ErrReadTimedOut):
+			return fmt.Errorf("%w: read of %s of port %s timed out after %s: what the region holds after programming %s is unknown: %w",
+				ErrVerifyFailed, attr, port.DeviceName(), readTimeout, bs.Path, err)
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("%w: port %s: gave up reading %s: %w", ErrVerifyFailed, port.DeviceName(), attr, context.Cause(ctx))
+		}
 		if err == nil {
 			if id != bs.AFUID {
 				return fmt.Errorf("%w: port %s reports %s %s after programming %s, want %s: the bitstream's payload does not match its metadata, or the programming did not take effect",
@@ -184,7 +209,7 @@ func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, 
 		switch {
 		case wait <= 0 && notLoaded:
 			return fmt.Errorf("%w: %s of port %s still empty %s after programming %s: the programmer reported success but no xclbin is loaded: %w",
-				ErrVerifyFailed, filepath.Base(port.AFUIDPath()), port.DeviceName(), timeout, bs.Path, err)
+				ErrVerifyFailed, attr, port.DeviceName(), timeout, bs.Path, err)
 		case wait <= 0:
 			return fmt.Errorf("%w: afu_id of port %s still busy %s after programming (the port stayed disabled): %w", ErrVerifyFailed, port.DeviceName(), timeout, err)
 		}

@@ -327,7 +327,9 @@ var errNotLoaded = errors.New("empty: no xclbin loaded")
 // readXclbinUUID reads the xclbin UUID an XRT card's user function reports
 // in xclbinuuid: one dashed UUID a line, one line per slot, nothing when no
 // xclbin is loaded (the error then matches errNotLoaded). It returns want
-// when any slot holds it, else the first slot's UUID.
+// when any slot holds it, else the first slot's UUID. The read is not
+// bounded: it blocks as long as the kernel does, so callers bound it (see
+// verifyAFU, discovery.ReadBounded).
 func readXclbinUUID(port *discovery.Port, want string) (string, error) {
 	path := port.AFUIDPath()
 	data, err := os.ReadFile(path)
