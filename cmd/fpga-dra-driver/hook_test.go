@@ -11,22 +11,21 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 // hookAFU is in the test repository and loaded on no port.
-const hookAFU = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+const hookAFU = testnode.NewAFU
 
-// hookNode is a daemon as the hook sees it: a simulated node with two DFL
-// cards (one port each), a repository with one bitstream for hookAFU, both
+// hookNode is a daemon as the hook sees it: the shared test node (two DFL
+// cards, one port each, a repository with a bitstream for hookAFU), both
 // ports allocated in region mode, and the control socket.
 type hookNode struct {
 	sim    *simnode.Node
@@ -36,44 +35,11 @@ type hookNode struct {
 
 func startHookNode(t *testing.T) *hookNode {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repoDir := t.TempDir()
-	payload, err := program.SimPayload(hookAFU, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gbs bytes.Buffer
-	if err := program.WriteGBS(&gbs, program.NewGBSMetadata(simnode.DefaultInterfaceID, hookAFU, "accel"), payload); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(repoDir, "accel.gbs"), gbs.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	repo, err := program.NewRepository(ctx, repoDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer, err := cdi.NewWriter("fpga.dra.dev", "port", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &hookNode{sim: sim, prog: &program.SimProgrammer{}}
-	st, _, err := state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(t.TempDir(), "checkpoint.json"),
-		CDI:            writer,
-		Repository:     repo,
-		Programmer:     n.prog,
-		Programmable:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devices := scanning(t, sim.Root)
+	tn := testnode.New(t, testnode.Options{})
+	ctx, cancel := context.WithCancel(tn.Ctx)
+	n := &hookNode{sim: tn.Sim, prog: tn.Programmer}
+	st := tn.State
+	devices := scanning(t, tn.Sim.Root)
 	// What a region-mode Allocate of both cards leaves in the state.
 	for _, p := range devices().Ports() {
 		h := state.Holder{UID: types.UID("deviceplugin-region-" + p.DeviceName()), Namespace: deviceplugin.LegacyNamespace, Name: "fpga.intel.com/region-" + simnode.DefaultInterfaceID}

@@ -57,23 +57,39 @@ func TestKubeletRestartRegistersOnce(t *testing.T) {
 	}
 }
 
-// gatedKubelet answers no registration until want of them are in flight
-// at once.
+// gatedKubelet is a kubelet whose Register calls wait for each other: a
+// call returns only once want calls were in flight at the same moment
+// (a barrier). A call whose context ends (the plugin's RegisterTimeout,
+// or the server stopping) leaves the count, so calls made one after the
+// other never add up to want, however many of them there are.
 type gatedKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
-	want    int
-	mu      sync.Mutex
-	waiting int
-	allIn   chan struct{}
+	want int
+	// allIn is closed once want calls were in flight at once.
+	allIn chan struct{}
+
+	mu          sync.Mutex
+	inFlight    int
+	maxInFlight int
 }
 
 func (k *gatedKubelet) Register(ctx context.Context, _ *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	k.mu.Lock()
-	k.waiting++
-	if k.waiting == k.want {
-		close(k.allIn)
+	k.inFlight++
+	k.maxInFlight = max(k.maxInFlight, k.inFlight)
+	if k.inFlight == k.want {
+		select {
+		case <-k.allIn:
+		default:
+			close(k.allIn)
+		}
 	}
 	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.inFlight--
+		k.mu.Unlock()
+	}()
 	select {
 	case <-k.allIn:
 		return &pluginapi.Empty{}, nil
@@ -82,22 +98,42 @@ func (k *gatedKubelet) Register(ctx context.Context, _ *pluginapi.RegisterReques
 	}
 }
 
-// TestResourcesRegisterInParallel: every resource registers at once, so a
-// slow registration holds up no other.
+// maxConcurrent returns the most Register calls that were in flight at
+// once so far.
+func (k *gatedKubelet) maxConcurrent() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.maxInFlight
+}
+
+// TestResourcesRegisterInParallel: every resource's Register call is in
+// flight at the same time, so a slow registration holds up no other. A
+// serial implementation keeps one call in flight until its
+// RegisterTimeout ends it; the test gives up well before that and fails.
 func TestResourcesRegisterInParallel(t *testing.T) {
 	n := startNode(t, nodeOptions{noKubelet: true})
+	want := len(n.plugin.Resources())
+	if want < 2 {
+		t.Fatalf("the node has %d resources; the test needs at least 2", want)
+	}
 	lis, err := net.Listen("unix", filepath.Join(n.dir, deviceplugin.KubeletSocket))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &gatedKubelet{want: len(n.plugin.Resources()), allIn: make(chan struct{})}
+	k := &gatedKubelet{want: want, allIn: make(chan struct{})}
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, k)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), deviceplugin.DefaultRegisterTimeout/2)
+	defer cancel()
 	select {
 	case <-k.allIn:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the %d resources never registered at once", k.want)
+	case <-ctx.Done():
+		t.Fatalf("at most %d of the %d resources' Register calls were in flight at once after %s, want all %d: registration is not parallel",
+			k.maxConcurrent(), want, deviceplugin.DefaultRegisterTimeout/2, want)
+	}
+	if got := k.maxConcurrent(); got != want {
+		t.Fatalf("%d Register calls were in flight at once, want %d (one per resource)", got, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
@@ -425,18 +426,75 @@ func TestHealthStreamResendsAndReportsRemovedDevices(t *testing.T) {
 	t.Fatalf("after unplug: %v, want card 2's port unhealthy as removed and card 1's healthy", h)
 }
 
+// sliceBackWithin is how soon a ResourceSlice of this node that someone
+// else deleted must be back: the driver's SliceSyncDelay (a second), not
+// the library's 30 s, plus room for the controller's work.
+const sliceBackWithin = 2 * time.Second
+
 // TestDeletedSliceComesBack: a ResourceSlice of this node that someone
-// else deletes is put back after SliceSyncDelay (a second), not after the
-// library's 30 s: the wait below gives up after 20 s.
+// else deletes is back within sliceBackWithin of the deletion, counted
+// from when the test's watch sees the deletion.
 func TestDeletedSliceComesBack(t *testing.T) {
 	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}})
 	before := n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 2 })
-	start := time.Now()
-	if err := n.client.ResourceV1().ResourceSlices().Delete(context.Background(), before[0].Name, metav1.DeleteOptions{}); err != nil {
+	gone := before[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := n.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool {
-		return len(s) == 1 && s[0].UID != before[0].UID && len(deviceNames(s)) == 2
-	})
-	t.Logf("the deleted slice was back after %s", time.Since(start).Round(time.Millisecond))
+	defer w.Stop()
+	next := func() watch.Event {
+		t.Helper()
+		select {
+		case ev, open := <-w.ResultChan():
+			if !open || ev.Type == watch.Error {
+				t.Fatalf("slice watch ended: %v", ev)
+			}
+			return ev
+		case <-ctx.Done():
+			t.Fatalf("the deletion of slice %s was never observed", gone.Name)
+			return watch.Event{}
+		}
+	}
+	if err := n.client.ResourceV1().ResourceSlices().Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := next()
+		if s, ok := ev.Object.(*resourceapi.ResourceSlice); ok && ev.Type == watch.Deleted && s.UID == gone.UID {
+			break
+		}
+	}
+	deleted := time.Now()
+
+	// back reports whether the node's devices are published again, in a
+	// new slice.
+	var last []resourceapi.ResourceSlice
+	back := func() bool {
+		list, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = list.Items
+		return len(last) == 1 && last[0].UID != gone.UID && len(deviceNames(last)) == 2
+	}
+	deadline := time.NewTimer(sliceBackWithin)
+	defer deadline.Stop()
+	for !back() {
+		select {
+		case ev, open := <-w.ResultChan():
+			if !open || ev.Type == watch.Error {
+				t.Fatalf("slice watch ended: %v", ev)
+			}
+		case <-deadline.C:
+			// An event may have raced the timer: the slices as they are
+			// now decide.
+			if !back() {
+				t.Fatalf("deleted slice %s not back within %s of its deletion; slices now: %+v", gone.Name, sliceBackWithin, last)
+			}
+		}
+	}
+	t.Logf("the deleted slice was back %s after its deletion was observed", time.Since(deleted).Round(time.Millisecond))
 }
