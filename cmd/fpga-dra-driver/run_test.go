@@ -115,10 +115,7 @@ current-context: c
 	defer cancel()
 	cmd := newRootCommand()
 	cmd.SetContext(ctx)
-	cmd.SetArgs([]string{"run", "--node-name", "worker-1", "--kubeconfig", kubeconfig, "--mode", "dra",
-		"--root", sim.Root, "--plugin-dir", filepath.Join(base, "p"), "--registrar-dir", filepath.Join(base, "r"),
-		"--cdi-dir", filepath.Join(base, "cdi"), "--bitstream-dir", filepath.Join(base, "bs"), "--programmer", "sim",
-		"--uevent-source", "none", "--sysfs-read-timeout", "1h", "--bitstream-cache-dir", filepath.Join(base, "cache")})
+	cmd.SetArgs(simDaemonArgs(kubeconfig, sim.Root, base, "--uevent-source", "none", "--sysfs-read-timeout", "1h"))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Execute() }()
 	// A writer's open returns once discovery opened the FIFO for reading:
@@ -132,6 +129,16 @@ current-context: c
 	if err := <-done; err != nil {
 		t.Fatalf("run stopped while discovery was stuck with %v, want a clean exit", err)
 	}
+}
+
+// simDaemonArgs are the arguments of a DRA daemon on the simulated node
+// at root, with its directories under base and the simulated programmer,
+// followed by extra.
+func simDaemonArgs(kubeconfig, root, base string, extra ...string) []string {
+	return append([]string{"run", "--node-name", "worker-1", "--kubeconfig", kubeconfig, "--mode", "dra",
+		"--root", root, "--plugin-dir", filepath.Join(base, "p"), "--registrar-dir", filepath.Join(base, "r"),
+		"--cdi-dir", filepath.Join(base, "cdi"), "--bitstream-dir", filepath.Join(base, "bs"), "--programmer", "sim",
+		"--bitstream-cache-dir", filepath.Join(base, "cache")}, extra...)
 }
 
 // stopFailSafe turns a daemon that hangs into a test failure; it is the
@@ -184,15 +191,12 @@ current-context: c
 			defer cancel()
 			cmd := newRootCommand()
 			cmd.SetContext(ctx)
-			cmd.SetArgs([]string{"run", "--node-name", "worker-1", "--kubeconfig", kubeconfig, "--mode", "dra",
-				"--root", sim.Root, "--plugin-dir", filepath.Join(base, "p"), "--registrar-dir", filepath.Join(base, "r"),
-				"--cdi-dir", filepath.Join(base, "cdi"), "--bitstream-dir", filepath.Join(base, "bs"), "--programmer", "sim",
-				"--bitstream-cache-dir", filepath.Join(base, "cache"), "--pod-resources-socket", filepath.Join(base, "pr.sock"),
-				"--control-socket", filepath.Join(ctlDir, "control.sock"),
+			cmd.SetArgs(simDaemonArgs(kubeconfig, sim.Root, base,
+				"--pod-resources-socket", filepath.Join(base, "pr.sock"), "--control-socket", filepath.Join(ctlDir, "control.sock"),
 				// With a uevent source each tick is the cheap refresh
 				// (Scanner.RefreshContext), as with netlink in a cluster.
-				"--uevent-source", "unix:" + filepath.Join(base, "uevents"),
-				"--refresh-interval", "10ms", "--sysfs-read-timeout", tc.readTimeout})
+				"--uevent-source", "unix:"+filepath.Join(base, "uevents"),
+				"--refresh-interval", "10ms", "--sysfs-read-timeout", tc.readTimeout))
 			done := make(chan error, 1)
 			go func() { done <- cmd.Execute() }()
 			select {
