@@ -318,3 +318,28 @@ func TestFailedFlushIsNeverAnswered(t *testing.T) {
 		t.Errorf("holders %v, want only %s on %s", got, a.UID, ports[0].DeviceName())
 	}
 }
+
+// TestProgramHeldIsDurable: the legacy endpoint's programming hook hears
+// of success only once the record of what the region holds is on the
+// disk, also when the AFU was loaded and recorded by an earlier call.
+func TestProgramHeldIsDurable(t *testing.T) {
+	l := legacy("one")
+	n, dev := preparedNode(t, l, nil, state.Supersede(isLegacy))
+	ctx := context.Background()
+	state.BreakCheckpointWrites(n.State)
+	for try := range 2 {
+		if _, err := n.State.ProgramHeld(ctx, l.UID, dev, simnode.DefaultInterfaceID, testnode.NewAFU, n.Devices(t)); err == nil {
+			t.Errorf("programming hook call %d answered while no checkpoint write succeeds", try+1)
+		}
+	}
+	if err := state.HealCheckpointWrites(n.State); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.ProgramHeld(ctx, l.UID, dev, simnode.DefaultInterfaceID, testnode.NewAFU, n.Devices(t)); err != nil {
+		t.Fatalf("programming hook once writes work again: %v", err)
+	}
+	r := testnode.New(t, testnode.Options{Restart: n})
+	if rec, ok := r.State.Claim(l.UID); !ok || rec.Devices[0].AFUID != testnode.NewAFU {
+		t.Errorf("record of %s after a restart: %+v, want AFU %s", l.UID, rec, testnode.NewAFU)
+	}
+}

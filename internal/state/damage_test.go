@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 // damage is one way to damage a checkpoint file.
@@ -79,6 +81,7 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 	if _, err := n.State.Prepare(ctx, b, request(ports[1].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); err != nil {
 		t.Fatal(err)
 	}
+	devs = n.Devices(t) // b's region now holds NewAFU
 	pristine, err := os.ReadFile(filepath.Join(n.DataDir, state.CheckpointFileName))
 	if err != nil {
 		t.Fatal(err)
@@ -310,5 +313,119 @@ func TestRecoveryNeverGivesAHeldDevice(t *testing.T) {
 	}
 	if got := r.State.Holders()[ports[1].DeviceName()]; got != b.UID {
 		t.Errorf("device %s is held by %q after the recovery, want %s", ports[1].DeviceName(), got, b.UID)
+	}
+	// The kubelet's unprepare of the kept spec's claim removes the spec
+	// and nothing else.
+	if err := r.State.Unprepare(ctx, forged.UID); err != nil {
+		t.Fatalf("unprepare of %s: %v", forged.UID, err)
+	}
+	if ok, err := r.CDI.ClaimSpecExists(string(forged.UID)); err != nil || ok {
+		t.Errorf("spec of %s after its unprepare: exists %v, %v; want it removed", forged.UID, ok, err)
+	}
+	if ok, err := r.CDI.ClaimSpecExists(string(a.UID)); err != nil || !ok || r.State.Holders()[ports[0].DeviceName()] != a.UID {
+		t.Errorf("after the unprepare of %s: spec of %s exists %v (%v), device %s held by %q", forged.UID, a.UID, ok, err, ports[0].DeviceName(), r.State.Holders()[ports[0].DeviceName()])
+	}
+}
+
+// TestStaleSpecNeverCompletesAFailedPrepare: a claim prepared again after
+// a reboot keeps its old CDI spec while it is programmed; when that
+// programming fails and the checkpoint is then damaged, the spec (whose
+// AFU the region no longer holds) must not make the claim look prepared.
+func TestStaleSpecNeverCompletesAFailedPrepare(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	devs := n.Devices(t)
+	dev0, dev1 := devs.Ports()[0].DeviceName(), devs.Ports()[1].DeviceName()
+	a, b := holder("a"), holder("b")
+	req := request(dev0, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways))
+	ctx := context.Background()
+	if _, err := n.State.Prepare(ctx, a, req, devs); err != nil {
+		t.Fatal(err)
+	}
+	// A reboot: another boot ID, the region erased.
+	if err := os.WriteFile(filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"), []byte("another-boot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := n.Sim.Port(devs.Ports()[0].Node.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Sim.SetAFUID(port, simnode.DefaultAFUID); err != nil {
+		t.Fatal(err)
+	}
+	rebooted := testnode.New(t, testnode.Options{Restart: n, Programmer: &program.SimProgrammer{FailDevices: []string{dev0}}})
+	if _, err := rebooted.State.Prepare(ctx, a, req, rebooted.Devices(t)); err == nil {
+		t.Fatal("prepare after the reboot succeeded with a failing programmer")
+	}
+	if _, err := rebooted.State.Prepare(ctx, b, request(dev1, nil), rebooted.Devices(t)); err != nil {
+		t.Fatal(err)
+	}
+	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+
+	r := testnode.New(t, testnode.Options{Restart: rebooted})
+	if rec, _ := r.State.Claim(a.UID); rec.Phase == state.PhaseCompleted {
+		t.Errorf("%s is completed after the damaged start, though its last programming failed (kept %v)", a.UID, r.Restored.Kept)
+	}
+	out, err := r.State.Prepare(ctx, a, req, r.Devices(t))
+	if err == nil && afuID(t, r, dev0) != testnode.NewAFU {
+		t.Errorf("prepare of %s answered %+v, but the region holds %s", a.UID, out.Devices, afuID(t, r, dev0))
+	}
+}
+
+// TestRecoveredClaimKeepsItsRequests: a claim rebuilt from its CDI spec
+// alone (the spec has no request names) is answered with the request
+// names of the kubelet's prepare, so the kubelet hands its devices to the
+// containers that asked.
+func TestRecoveredClaimKeepsItsRequests(t *testing.T) {
+	a := holder("a")
+	n, dev := preparedNode(t, a, nil)
+	ctx := context.Background()
+	if err := os.WriteFile(filepath.Join(n.DataDir, state.CheckpointFileName), []byte("\x00garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := testnode.New(t, testnode.Options{Restart: n})
+	out, err := r.State.Prepare(ctx, a, request(dev, nil), r.Devices(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Devices) != 1 || !slices.Equal(out.Devices[0].Requests, []string{"fpga"}) {
+		t.Errorf("prepare after the recovery answered %+v, want device %s for request fpga", out.Devices, dev)
+	}
+}
+
+// TestSpecOutranksAStartedRecord: the older save has claim x only started
+// on a device; the lost newest save had x unprepared and y prepared on
+// it. y's spec wins: the device is y's (its container uses it), x's stale
+// record gives way, as the kubelet never unprepares x again.
+func TestSpecOutranksAStartedRecord(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	x, y := holder("x"), holder("y")
+	ctx := context.Background()
+	n.Programmer.FailDevices = []string{dev}
+	if _, err := n.State.Prepare(ctx, x, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); err == nil {
+		t.Fatal("prepare of x succeeded with a failing programmer")
+	}
+	state.BreakCheckpointWrites(n.State)
+	if err := n.State.Unprepare(ctx, x.UID); err == nil {
+		t.Fatal("unprepare of x answered while no checkpoint write succeeds")
+	}
+	if err := state.HealCheckpointWrites(n.State); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.Prepare(ctx, y, request(dev, nil), devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.State.Unprepare(ctx, x.UID); err != nil {
+		t.Fatalf("the kubelet's retried unprepare of x: %v", err)
+	}
+	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+
+	r := testnode.New(t, testnode.Options{Restart: n})
+	if got := r.State.Holders()[dev]; got != y.UID {
+		t.Errorf("device %s is held by %q after the recovery, want %s (kept %v)", dev, got, y.UID, r.Restored.Kept)
+	}
+	if _, ok := r.State.Claim(x.UID); ok {
+		t.Errorf("%s, unprepared before the damage, still has a record", x.UID)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -30,9 +29,16 @@ import (
 // hold's record, and its CDI spec, carry afuID.
 func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (Programming, error) {
 	res := Programming{Device: device, AFUID: afuID}
-	j, started, err := s.decideProgramHeld(klog.FromContext(ctx), uid, device, interfaceID, afuID, devs)
-	if err != nil || j == nil {
+	j, started, err := s.decideProgramHeld(uid, device, interfaceID, afuID, devs)
+	switch {
+	case err != nil:
 		return res, err
+	case j == nil:
+		// Loaded and recorded: once the record is on the disk.
+		if err := s.durable(nil); err != nil {
+			return res, fmt.Errorf("record AFU %s of device %s: %w", afuID, device, err)
+		}
+		return res, nil
 	}
 	if started {
 		go s.runJob(j)
@@ -50,7 +56,7 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 // the policy of a claim asking for afuID with programming IfNeeded)
 // whether a new job must program it. j is nil when nothing must be
 // loaded; started says j is new and must be run.
-func (s *State) decideProgramHeld(logger klog.Logger, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
+func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	holder, held := s.holds[device]
@@ -84,12 +90,14 @@ func (s *State) decideProgramHeld(logger klog.Logger, uid types.UID, device, int
 	}
 	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
 	j = s.newJob(s.ctx, h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p})
+	// The hook hears of success only once the record says what the
+	// region holds, on the disk.
 	j.then = func(j *job) {
 		if j.result.Err != nil {
 			return
 		}
 		if err := s.recordAFU(uid, device, afuID, j.program, devs); err != nil {
-			logger.Error(err, "Recording the programmed AFU failed; the region is programmed", "holder", uid, "device", device)
+			j.result.Err = fmt.Errorf("device %s was programmed with AFU %s, but recording it failed: %w", device, afuID, err)
 		}
 	}
 	return j, true, nil

@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
 // holder is a claim holder named after i.
@@ -36,6 +38,20 @@ func ask(afu string, policy v1alpha1.ProgrammingPolicy) *v1alpha1.FpgaConfig {
 
 func request(device string, cfg *v1alpha1.FpgaConfig) []state.DeviceRequest {
 	return []state.DeviceRequest{{Device: device, Requests: []string{"fpga"}, Config: cfg}}
+}
+
+// preparedNode is a node with one card whose port is prepared for h (cfg
+// is the request's config, opts Prepare's); it returns the port's device
+// name.
+func preparedNode(t *testing.T, h state.Holder, cfg *v1alpha1.FpgaConfig, opts ...state.PrepareOption) (*testnode.Node, string) {
+	t.Helper()
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	if _, err := n.State.Prepare(context.Background(), h, request(dev, cfg), devs, opts...); err != nil {
+		t.Fatal(err)
+	}
+	return n, dev
 }
 
 // checkConsistent checks what must hold between operations: every held

@@ -105,7 +105,7 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 			if completed.Phase == PhaseProgrammed {
 				return Outcome{}, nil // programmed before binding already
 			}
-			out, err := s.completed(h, completed, devs)
+			out, err := s.completed(h, completed, reqs, devs)
 			out.Programmed = before
 			return out, err
 		case plans != nil && len(op.jobs) == 0:
@@ -414,8 +414,11 @@ func (s *State) inProgress(op *op, what string) error {
 }
 
 // completed answers a prepare of a completed holder, rewriting its CDI
-// spec when it went missing.
-func (s *State) completed(h Holder, rec *ClaimRecord, devs *discovery.Result) (Outcome, error) {
+// spec when it went missing. A device whose record has no request names
+// (a record rebuilt from a CDI spec after damage, which has none) is
+// answered with those of reqs, so that the kubelet hands it to the
+// containers that asked.
+func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
 	ok, err := s.cfg.CDI.ClaimSpecExists(string(h.UID))
 	if err != nil || !ok {
 		if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
@@ -423,7 +426,10 @@ func (s *State) completed(h Holder, rec *ClaimRecord, devs *discovery.Result) (O
 		}
 	}
 	var out Outcome
-	for _, d := range rec.Devices {
+	for i, d := range rec.Devices {
+		if len(d.Requests) == 0 && i < len(reqs) && reqs[i].Device == d.Device {
+			d.Requests = reqs[i].Requests
+		}
 		out.Devices = append(out.Devices, PreparedDevice{Device: d.Device, Requests: d.Requests, CDIDeviceIDs: []string{d.CDIDeviceID}, AFUID: d.AFUID})
 	}
 	return out, nil

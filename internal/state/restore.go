@@ -112,35 +112,37 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 // recoverFromSpecs rebuilds and records, from their CDI specs, the holds
 // of holders the damaged checkpoint does not have as completed: a spec is
 // written only when a prepare completes, so it is evidence that the lost
-// newest save had the holder completed, even where the older save has
-// the holder only started or programmed. A spec naming a device that
-// another holder holds is kept and reported: one device is never held
-// twice.
+// newest save had the holder completed (see recordFromSpec for when it is
+// not used). A spec naming a device that another completed holder holds
+// is kept and reported: one device is never held twice.
 func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, devs *discovery.Result, report *RestoreReport) error {
-	var recovered []*ClaimRecord
 	s.mu.Lock()
+	gen := s.gen
 	for _, spec := range specs {
 		old := s.cp.Claims[spec.UID]
 		if old != nil && old.Phase == PhaseCompleted {
 			continue
 		}
-		rec, conflict := s.recordFromSpec(spec, old, devs)
-		if conflict != nil {
-			report.Kept = append(report.Kept, conflict)
-			logger.Error(conflict, "CDI spec kept but not used")
+		rec, displaced, err := s.recordFromSpec(spec, old, devs)
+		if err != nil {
+			report.Kept = append(report.Kept, err)
+			logger.Error(err, "CDI spec kept but not used")
 			continue
 		}
-		if old != nil {
-			for _, d := range old.Devices {
-				if s.holds[d.Device] == types.UID(old.UID) {
-					delete(s.holds, d.Device)
-				}
+		var gone []string
+		for _, other := range displaced {
+			gone = append(gone, fmt.Sprintf("%s (%s)", s.holderName(other), s.cp.Claims[string(other)].Phase))
+		}
+		gen = s.update(func(cp *Checkpoint) {
+			for _, other := range displaced {
+				s.dropRecord(other)
 			}
-		}
-		for _, d := range rec.Devices {
-			s.holds[d.Device] = types.UID(rec.UID)
-		}
-		recovered = append(recovered, rec)
+			s.dropRecord(types.UID(rec.UID))
+			cp.Claims[rec.UID] = rec
+			for _, d := range rec.Devices {
+				s.holds[d.Device] = types.UID(rec.UID)
+			}
+		})
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
 		report.Recovered = append(report.Recovered, h)
 		had := "nothing of it"
@@ -148,13 +150,8 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 			had = "it only as " + string(old.Phase)
 		}
 		logger.Error(nil, "RECOVERED a prepared claim from its CDI spec: the damaged checkpoint had "+had+"; its devices stay held until the kubelet unprepares it",
-			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID), "sameBoot", rec.BootID == s.bootID)
+			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID), "sameBoot", rec.BootID == s.bootID, "gaveWay", gone)
 	}
-	gen := s.update(func(cp *Checkpoint) {
-		for _, rec := range recovered {
-			cp.Claims[rec.UID] = rec
-		}
-	})
 	s.mu.Unlock()
 	if err := s.sync(gen, nil); err != nil {
 		return fmt.Errorf("record claims recovered from CDI specs: %w", err)
@@ -165,22 +162,38 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 // recordFromSpec is the completed record of spec's holder: its devices
 // and CDI devices are the spec's; what the spec does not say (the claim's
 // name, requests, what was programmed, the boot) comes from old, the
-// holder's earlier record, when there is one. Without one, the record
-// counts as from this boot when every region still holds the AFU the spec
-// hands over (so the holder's next prepare does not program a region a
-// container may be using), else as from another boot (its next prepare
-// decides again). conflict says which device another holder holds.
-// Caller holds mu.
-func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, conflict error) {
+// holder's earlier record, when there is one.
+//
+//   - Without old, the record counts as from this boot when every region
+//     still holds the AFU the spec hands over (its next prepare then
+//     programs no region a container may be using), else as from another
+//     boot (its next prepare decides again).
+//   - With old (started or programmed), the spec is used only when every
+//     region holds the spec's AFU: a spec left from before the holder was
+//     prepared again (after a reboot, or with Rebuild) whose programming
+//     then failed must not make that prepare look completed.
+//   - A device another holder holds makes the spec unusable when that
+//     holder is completed; a holder only started or programmed gives way
+//     (displaced): it held the device after the spec's holder had
+//     completed only if it was reserved after that holder's release,
+//     which the spec outlived.
+//
+// err says why the spec is not used. Caller holds mu.
+func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, displaced []types.UID, err error) {
 	rec = &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
 	if old != nil {
 		rec = old.clone()
 		rec.Phase, rec.Devices = PhaseCompleted, nil
 	}
-	loaded := old == nil
+	loaded := true
 	for _, d := range spec.Devices {
 		if other, held := s.holds[d.Name]; held && other != types.UID(spec.UID) {
-			return nil, fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
+			if o := s.cp.Claims[string(other)]; o == nil || o.Phase == PhaseCompleted {
+				return nil, nil, fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
+			}
+			if !slices.Contains(displaced, other) {
+				displaced = append(displaced, other)
+			}
 		}
 		dr := DeviceRecord{Device: d.Name}
 		if old != nil {
@@ -194,10 +207,22 @@ func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *di
 			loaded = false
 		}
 	}
-	if old == nil && loaded {
+	switch {
+	case old != nil && !loaded:
+		return nil, nil, fmt.Errorf("CDI spec of %s hands over AFUs %v that its regions no longer hold: the spec is older than the claim's %s record, which stands (its next prepare decides again); the spec is kept until a start with a sound checkpoint removes it", spec.UID, specAFUs(spec), old.Phase)
+	case old == nil && loaded:
 		rec.BootID = s.bootID
 	}
-	return rec, nil
+	return rec, displaced, nil
+}
+
+// specAFUs lists the AFUs a spec hands over, one per device.
+func specAFUs(spec cdi.RecordedSpec) []string {
+	afus := make([]string, len(spec.Devices))
+	for i, d := range spec.Devices {
+		afus[i] = d.AFUID
+	}
+	return afus
 }
 
 func deviceNames(recs []DeviceRecord) []string {

@@ -27,7 +27,7 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 			if err := s.durable(callOf(ctx)); err != nil {
 				return fmt.Errorf("release claim %s: %w", uid, err)
 			}
-			return nil
+			return s.removeOrphanSpec(uid)
 		case rel != nil:
 			return s.awaitRelease(ctx, rel)
 		}
@@ -79,6 +79,23 @@ func (s *State) beginRelease(uid types.UID, call *announced) (rel *op, pending [
 	s.ops[uid] = rel
 	go s.runRelease(rel)
 	return rel, nil, true
+}
+
+// removeOrphanSpec removes the CDI spec of uid, a holder the state does
+// not know (a spec that a recovery from a damaged checkpoint kept but
+// could not use): the kubelet's unprepare says no container uses it any
+// more. It leaves the spec when uid is known again (a prepare of it
+// began meanwhile).
+func (s *State) removeOrphanSpec(uid types.UID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, recorded := s.cp.Claims[string(uid)]; recorded || s.ops[uid] != nil || s.hasJobs(uid) {
+		return nil
+	}
+	if err := s.cfg.CDI.RemoveClaimSpec(string(uid)); err != nil {
+		return fmt.Errorf("release claim %s: %w", uid, err)
+	}
+	return nil
 }
 
 // awaitEnded waits until every channel in pending is closed, at most
