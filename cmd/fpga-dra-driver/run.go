@@ -296,6 +296,9 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices)
 	}
+	if err := control.ReleaseAdminHolds(ctx, st.state); err != nil {
+		logger.Error(err, "Ports an interrupted admin programming held stay held")
+	}
 	ctl, err := control.Listen(ctx, f.controlSocket, &control.Node{
 		State:      st.state,
 		Devices:    devices,

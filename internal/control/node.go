@@ -153,12 +153,34 @@ func (n *Node) holderName(uid types.UID) string {
 	return string(uid)
 }
 
+// adminHolderPrefix starts the UID of programFree's transient holders.
+const adminHolderPrefix = "admin-program-"
+
+// ReleaseAdminHolds releases every hold of a transient admin holder (see
+// programFree) that st has: one that the daemon's end (kill -9, a crash)
+// left between its prepare and its release. No kubelet ever releases
+// them. Call it after State.Restore, before the control socket serves.
+func ReleaseAdminHolds(ctx context.Context, st *state.State) error {
+	var errs []error
+	for _, uid := range st.Holders() {
+		if !strings.HasPrefix(string(uid), adminHolderPrefix) {
+			continue
+		}
+		if err := st.Unprepare(ctx, uid); err != nil {
+			errs = append(errs, fmt.Errorf("release port held by admin programming (%s): %w", uid, err))
+			continue
+		}
+		klog.FromContext(ctx).Info("Released a port an interrupted admin programming had held", "holder", uid)
+	}
+	return errors.Join(errs...)
+}
+
 // programFree programs a free port for an administrator: it is prepared
 // for a transient admin holder through the same path as a claim (holds,
 // per-port lock, repository lookup, verification), then released.
 func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuID string, devs *discovery.Result) (ProgramResponse, error) {
 	name := port.DeviceName()
-	h := state.Holder{UID: types.UID("admin-program-" + name), Namespace: "admin", Name: "fpga-dra-driver-program"}
+	h := state.Holder{UID: types.UID(adminHolderPrefix + name), Namespace: "admin", Name: "fpga-dra-driver-program"}
 	defer func() {
 		if err := n.State.Unprepare(context.WithoutCancel(ctx), h.UID); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing the port after admin programming failed", "device", name)

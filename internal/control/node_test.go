@@ -254,3 +254,32 @@ func TestAdminProgram(t *testing.T) {
 		t.Fatal("the port stays held after admin programming")
 	}
 }
+
+// TestReleaseAdminHolds: a port that an admin programming held when the
+// daemon ended (kill -9 between its prepare and its release) is free
+// after the next start, and no other holder is touched.
+func TestReleaseAdminHolds(t *testing.T) {
+	tn := testnode.New(t, testnode.Options{})
+	devs := tn.Devices(t)
+	admin := state.Holder{UID: types.UID("admin-program-" + port0), Namespace: "admin", Name: "fpga-dra-driver-program"}
+	claim := state.Holder{UID: "uid-claim", Namespace: "default", Name: "claim"}
+	for _, h := range []struct {
+		holder state.Holder
+		device string
+	}{{admin, port0}, {claim, port1}} {
+		if _, err := tn.State.Prepare(tn.Ctx, h.holder, []state.DeviceRequest{{Device: h.device}}, devs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restarted := testnode.New(t, testnode.Options{Restart: tn})
+	if err := control.ReleaseAdminHolds(restarted.Ctx, restarted.State); err != nil {
+		t.Fatal(err)
+	}
+	holders := restarted.State.Holders()
+	if got, ok := holders[port0]; ok {
+		t.Errorf("port %s is held by %s after the start, want it free", port0, got)
+	}
+	if got := holders[port1]; got != claim.UID {
+		t.Errorf("port %s is held by %q after the start, want %s", port1, got, claim.UID)
+	}
+}
