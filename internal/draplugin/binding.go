@@ -98,6 +98,7 @@ func (b *Binder) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return nil // stopping
 	}
+	b.adoptRecorded()
 	logger.Info("Programming claims before binding", "selector", selector)
 	// Several workers: a release waits for programming that cannot be
 	// stopped, and must not hold up the node's other claims.
@@ -105,6 +106,33 @@ func (b *Binder) Run(ctx context.Context) error {
 		utilruntime.HandleErrorWithContext(ctx, err, "Claim before binding; retrying", "claim", name)
 	})
 	return nil
+}
+
+// adoptRecorded queues every claim the node holds as programmed before
+// binding, as seen with the UID its record has: one deleted (or deleted
+// and created again) while no daemon ran, which no informer event names
+// any more and no kubelet will unprepare, is then released by sync like
+// one deleted while the daemon runs.
+func (b *Binder) adoptRecorded() {
+	st := b.Claims.State
+	done := map[types.UID]bool{}
+	for _, uid := range st.Holders() {
+		if done[uid] {
+			continue
+		}
+		done[uid] = true
+		rec, ok := st.Claim(uid)
+		if !ok || rec.Phase != state.PhaseProgrammed {
+			continue
+		}
+		name := cache.ObjectName{Namespace: rec.Namespace, Name: rec.Name}
+		b.mu.Lock()
+		if _, known := b.seen[name]; !known {
+			b.seen[name] = uid
+		}
+		b.mu.Unlock()
+		b.queue.Add(name)
+	}
 }
 
 // binderWorkers is how many claims a Binder works on at once; programming

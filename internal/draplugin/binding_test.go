@@ -70,6 +70,9 @@ type bindingOptions struct {
 	api func(*fake.Clientset, *apiServer)
 	// devices, when set, wraps the Binder's source of devices.
 	devices func(func() *discovery.Result) func() *discovery.Result
+	// beforeBinder, when set, runs on the node's state before the Binder
+	// starts (what an earlier daemon left).
+	beforeBinder func(*testNode)
 }
 
 func startBindingNode(t testing.TB, o bindingOptions) *bindingNode {
@@ -125,6 +128,9 @@ func startBindingNode(t testing.TB, o bindingOptions) *bindingNode {
 			}
 			d.Quarantine(device, reason)
 		},
+	}
+	if o.beforeBinder != nil {
+		o.beforeBinder(n)
 	}
 	d.Activate(claims, binder)
 	// The Binder sees every claim change from now on.
@@ -971,5 +977,26 @@ func checkClaimSelectors(t testing.TB, bn *bindingNode) {
 	}
 	if lists == 0 || watches == 0 {
 		t.Fatalf("%d lists and %d watches of resourceclaims recorded, want the Binder's", lists, watches)
+	}
+}
+
+// TestProgrammedHoldOfClaimGoneWhileDown: a claim whose regions an
+// earlier daemon programmed before binding, and which was deleted while
+// no daemon ran, is released when the Binder starts: no informer event
+// names it any more, and no kubelet will unprepare it.
+func TestProgrammedHoldOfClaimGoneWhileDown(t *testing.T) {
+	gone := state.Holder{UID: "uid-deleted-while-down", Namespace: "default", Name: "deleted-while-down"}
+	bn := startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 2}, beforeBinder: func(n *testNode) {
+		req := []state.DeviceRequest{{Device: dev0, Requests: []string{"fpga-0"}, Config: &v1alpha1.FpgaConfig{AFUID: NewAFU}}}
+		if _, err := n.State.Prepare(context.Background(), gone, req, n.driver.Devices(), state.BeforeBinding()); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := n.State.Claim(gone.UID); rec.Phase != state.PhaseProgrammed {
+			t.Fatalf("%s is %q before the Binder starts, want %s", gone.UID, rec.Phase, state.PhaseProgrammed)
+		}
+	}})
+	bn.released.wait(t, gone.UID)
+	if h, held := bn.State.Holders()[dev0]; held {
+		t.Errorf("%s is held by %s after the Binder started, want it free", dev0, h)
 	}
 }
