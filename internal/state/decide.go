@@ -22,12 +22,14 @@ type deviceFacts struct {
 	Releasing bool
 	// InterfaceID is the region's interface ID, LoadedAFU the AFU sysfs
 	// shows behind it, LoadedSHA the digest of the file this driver last
-	// loaded there and LoadedRef the OCI reference it came from ("" when
+	// loaded there, LoadedRef the OCI reference it came from and
+	// LoadedLayer that reference's layer in the OCI cache ("" when
 	// unknown).
 	InterfaceID string
 	LoadedAFU   string
 	LoadedSHA   string
 	LoadedRef   string
+	LoadedLayer string
 	// Rebooted: the node rebooted since the holder's record was written;
 	// ProgrammedBefore: that record says this driver programmed the
 	// region for the holder (so the reboot erased it). ProgrammedForBinding:
@@ -48,6 +50,11 @@ type devicePlan struct {
 	Program bool
 	// AFU is the accelerator function the device carries once prepared.
 	AFU string
+	// Bitstream, SHA256 and Layer describe the file from the config's OCI
+	// reference that the region carries already, when it needs no
+	// programming: the record keeps them and the holder holds Layer in
+	// the OCI cache, as after a job that pulled it.
+	Bitstream, SHA256, Layer string
 }
 
 // decideDevice is the decision policy for one device of a holder: whether
@@ -112,6 +119,9 @@ func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
 	if p.Program && !f.HaveProgrammer {
 		return devicePlan{}, fmt.Errorf("%w: device %s needs AFU %s but no programmer is configured on this node", ErrNotProgrammable, f.Device, cfg.AFUID)
 	}
+	if !p.Program && cfg.BitstreamRef != "" && f.LoadedRef == cfg.BitstreamRef {
+		p.Bitstream, p.SHA256, p.Layer = f.LoadedRef, f.LoadedSHA, f.LoadedLayer
+	}
 	return p, nil
 }
 
@@ -137,15 +147,15 @@ type plan struct {
 // facts gathers the decision's input for one device of holder h, read by
 // a discovery pass that began at seen. Caller holds mu.
 func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, seen time.Time, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
-	loadedAFU, loadedSHA, loadedRef := port.AFUID, "", ""
+	loadedAFU, loadedSHA, loadedRef, loadedLayer := port.AFUID, "", "", ""
 	switch l, ok := s.loaded[device]; {
 	case !ok:
 	case seen.IsZero() || seen.Before(l.at):
 		// What this process loaded is newer than a pass that began
 		// before the load ended.
-		loadedAFU, loadedSHA, loadedRef = l.afu, l.sha256, l.reference
+		loadedAFU, loadedSHA, loadedRef, loadedLayer = l.afu, l.sha256, l.reference, l.layer
 	case port.AFUID == l.afu:
-		loadedSHA, loadedRef = l.sha256, l.reference
+		loadedSHA, loadedRef, loadedLayer = l.sha256, l.reference, l.layer
 	default:
 		// A later pass reads another AFU: the region was reset or
 		// programmed outside this driver since, and the file this
@@ -157,6 +167,7 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 		LoadedAFU:      loadedAFU,
 		LoadedSHA:      loadedSHA,
 		LoadedRef:      loadedRef,
+		LoadedLayer:    loadedLayer,
 		Rebooted:       rec != nil && rec.BootID != s.bootID,
 		Programmable:   s.cfg.Programmable,
 		HaveProgrammer: s.cfg.Programmer != nil,

@@ -138,7 +138,7 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
 	s.mu.Lock()
 	if err == nil {
-		s.loaded[port.DeviceName()] = loadedFile{afu: cfg.AFUID, sha256: loaded.SHA256, reference: cfg.BitstreamRef, at: time.Now(), took: time.Since(start)}
+		s.loaded[port.DeviceName()] = loadedFile{afu: cfg.AFUID, sha256: loaded.SHA256, reference: cfg.BitstreamRef, layer: res.LayerDigest, at: time.Now(), took: time.Since(start)}
 	} else {
 		delete(s.loaded, port.DeviceName())
 	}

@@ -203,6 +203,10 @@ func sameDevices(rec *ClaimRecord, reqs []DeviceRequest) bool {
 func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded []types.UID, devs *discovery.Result) {
 	h := op.holder
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
+	if err := s.holdLoaded(h.UID, plans); err != nil {
+		s.finish(op, Outcome{}, fmt.Errorf("claim %s: %w", h, err))
+		return
+	}
 	if len(op.jobs) > 0 {
 		err := s.commit(op.call, func(cp *Checkpoint) {
 			// An earlier record of the holder (another allocation of
@@ -445,7 +449,8 @@ func (s *State) record(h Holder, phase ClaimPhase, plans []*plan) *ClaimRecord {
 func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 	recs := make([]DeviceRecord, len(plans))
 	for i, p := range plans {
-		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program}
+		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program,
+			Bitstream: p.Bitstream, SHA256: p.SHA256, LayerDigest: p.Layer}
 		if b := p.before; b != nil {
 			// Loaded for the holder before binding: a reboot erases it,
 			// and the OCI cache keeps its file.
@@ -462,6 +467,22 @@ func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 		}
 	}
 	return recs
+}
+
+// holdLoaded holds for uid, in the OCI cache, the layers of the files the
+// plans find loaded from their configs' references, before any record
+// names them: a claim that needs no programming keeps its file cached as
+// one whose job pulled it does, until its release.
+func (s *State) holdLoaded(uid types.UID, plans []*plan) error {
+	for _, p := range plans {
+		if p.Layer == "" || s.cfg.Registry == nil {
+			continue
+		}
+		if err := s.cfg.Registry.Hold(string(uid), p.Layer); err != nil {
+			return fmt.Errorf("hold the cached bitstream of device %s: %w", p.req.Device, err)
+		}
+	}
+	return nil
 }
 
 // reholdFromRecords gives every device reserved for uid that uid's record

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,28 +22,10 @@ import (
 // the cached copy while the registry is down; an unknown digest fails
 // with a clear error and nothing programmed.
 func TestPrepareFromRegistry(t *testing.T) {
-	reg := registrytest.Start(t, registrytest.Config{})
-	opts := oci.RegistryOptions{Insecure: []string{reg.Host}}
-	client, err := oci.NewClient(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, opts, all := pushBitstreams(t, testnode.NewAFU)
+	pushed := all[0]
 	ctx := context.Background()
-	src := filepath.Join(t.TempDir(), "accel.gbs")
-	testnode.WriteBitstream(t, src, simnode.DefaultInterfaceID, testnode.NewAFU)
-	pushed, err := client.Push(ctx, src, reg.Host+"/fpga/accel:v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	puller, err := oci.NewPuller(ctx, oci.PullerOptions{Registry: opts, CacheDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { puller.Close() })
-	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}, Registry: puller, NoRestore: true})
-	if _, err := n.State.Restore(ctx, n.Devices(t)); err != nil {
-		t.Fatal(err)
-	}
+	n, puller := registryNode(t, opts, 0)
 	devs := n.Devices(t)
 	ports := devs.Ports()
 	cfg := &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, BitstreamRef: pushed.Reference, Programming: v1alpha1.ProgrammingIfNeeded}
@@ -79,8 +62,8 @@ func TestPrepareFromRegistry(t *testing.T) {
 	before := n.Programmer.TotalCalls()
 	unprepareUntilDone(t, n.State, a.UID)
 	missing := &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, Programming: v1alpha1.ProgrammingAlways,
-		BitstreamRef: reg.Host + "/fpga/accel@sha256:" + strings.Repeat("ab", 32)}
-	_, err = n.State.Prepare(ctx, holder("c"), request(ports[0].DeviceName(), missing), devs)
+		BitstreamRef: reg.Host + "/fpga/accel0@sha256:" + strings.Repeat("ab", 32)}
+	_, err := n.State.Prepare(ctx, holder("c"), request(ports[0].DeviceName(), missing), devs)
 	for errors.Is(err, state.ErrInProgress) {
 		_, err = n.State.Prepare(ctx, holder("c"), request(ports[0].DeviceName(), missing), devs)
 	}
@@ -92,4 +75,91 @@ func TestPrepareFromRegistry(t *testing.T) {
 	}
 	t.Logf("the claim's error: %v", err)
 	checkConsistent(t, n)
+}
+
+// TestAlreadyLoadedFromRegistryHoldsLayer: a claim prepared from an OCI
+// reference on a region that carries that very reference already
+// (IfNeeded: nothing programmed) records the cached layer and holds it
+// like a claim whose job pulled it: the cache evicts it for no other pull
+// while the claim is prepared, and may once it is unprepared.
+func TestAlreadyLoadedFromRegistryHoldsLayer(t *testing.T) {
+	_, opts, pushed := pushBitstreams(t, testnode.NewAFU, testnode.SecondAFU)
+	x, y := pushed[0], pushed[1]
+	ctx := context.Background()
+	// Room for one of the two layers only.
+	n, puller := registryNode(t, opts, x.Size+y.Size-1)
+	p0 := n.Devices(t).Ports()[0].DeviceName()
+	cfg := &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, BitstreamRef: x.Reference, Programming: v1alpha1.ProgrammingIfNeeded}
+	prepareUntilDone(t, n.State, holder("a"), request(p0, cfg), n.Devices(t))
+	unprepareUntilDone(t, n.State, holder("a").UID)
+
+	calls := n.Programmer.TotalCalls()
+	b := holder("b")
+	out := prepareUntilDone(t, n.State, b, request(p0, cfg), n.Devices(t))
+	if len(out.Programmed) != 0 || n.Programmer.TotalCalls() != calls {
+		t.Fatalf("programmed %+v, want nothing: the region carries %s already", out.Programmed, x.Reference)
+	}
+	rec, _ := n.State.Claim(b.UID)
+	if d := rec.Devices[0]; d.LayerDigest != x.LayerDigest || d.Bitstream != x.Reference || d.SHA256 == "" || d.Programmed {
+		t.Fatalf("record %+v, want the layer %s of %s, its sha256, and not programmed for the claim", d, x.LayerDigest, x.Reference)
+	}
+
+	// While b is prepared its layer stays: the other bitstream finds no
+	// room.
+	if _, err := puller.Fetch(ctx, y.Reference, oci.FetchOptions{}); !errors.Is(err, oci.ErrCacheFull) {
+		t.Fatalf("pull of another bitstream while the claim holds its layer: %v, want %v", err, oci.ErrCacheFull)
+	}
+	if s := puller.Stats(); s.Evictions != 0 {
+		t.Fatalf("puller %+v: the layer of prepared claim %s was evicted", s, b)
+	}
+
+	// Once b is unprepared, its layer may go.
+	unprepareUntilDone(t, n.State, b.UID)
+	if _, err := puller.Fetch(ctx, y.Reference, oci.FetchOptions{}); err != nil {
+		t.Fatalf("pull of another bitstream after the claim ended: %v", err)
+	}
+	if s := puller.Stats(); s.Evictions != 1 {
+		t.Fatalf("puller %+v, want the released layer evicted", s)
+	}
+	checkConsistent(t, n)
+}
+
+// pushBitstreams starts a registry and pushes to it a bitstream for each
+// of afus, in order.
+func pushBitstreams(t *testing.T, afus ...string) (*registrytest.Registry, oci.RegistryOptions, []*oci.Pushed) {
+	t.Helper()
+	reg := registrytest.Start(t, registrytest.Config{})
+	opts := oci.RegistryOptions{Insecure: []string{reg.Host}}
+	client, err := oci.NewClient(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pushed []*oci.Pushed
+	for i, afu := range afus {
+		src := filepath.Join(t.TempDir(), "accel.gbs")
+		testnode.WriteBitstream(t, src, simnode.DefaultInterfaceID, afu)
+		p, err := client.Push(context.Background(), src, fmt.Sprintf("%s/fpga/accel%d:v1", reg.Host, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pushed = append(pushed, p)
+	}
+	return reg, opts, pushed
+}
+
+// registryNode is a restored two-card node that pulls bitstreams from
+// opts through a cache of cacheSize bytes (the default when 0).
+func registryNode(t *testing.T, opts oci.RegistryOptions, cacheSize int64) (*testnode.Node, *oci.Puller) {
+	t.Helper()
+	ctx := context.Background()
+	puller, err := oci.NewPuller(ctx, oci.PullerOptions{Registry: opts, CacheDir: t.TempDir(), CacheSize: cacheSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { puller.Close() })
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}, Registry: puller, NoRestore: true})
+	if _, err := n.State.Restore(ctx, n.Devices(t)); err != nil {
+		t.Fatal(err)
+	}
+	return n, puller
 }

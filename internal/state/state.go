@@ -151,11 +151,13 @@ type Programming struct {
 	Err         error
 }
 
-// loadedFile is what a job loaded into a region.
+// loadedFile is what a job loaded into a region: reference and layer
+// name the OCI reference and cached layer it came from, if any.
 type loadedFile struct {
 	afu       string
 	sha256    string
 	reference string
+	layer     string
 	// at is when programming ended, took how long it ran.
 	at   time.Time
 	took time.Duration
