@@ -287,6 +287,8 @@ func run(ctx context.Context, f runFlags) error {
 			return err
 		}
 		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
+		// Holds of an earlier mode's resources: no Allocate supersedes them.
+		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, func(resource string) bool { return !p.Serves(resource) })
 	} else {
 		activateDRA(f, client, st, d)
 		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
@@ -294,7 +296,7 @@ func run(ctx context.Context, f runFlags) error {
 			st := d.Helper().RegistrationStatus()
 			return st != nil && st.PluginRegistered
 		}
-		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices)
+		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices, nil)
 	}
 	if err := control.ReleaseAdminHolds(ctx, st.state); err != nil {
 		logger.Error(err, "Ports an interrupted admin programming held stay held")

@@ -3,10 +3,13 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -22,10 +25,12 @@ const devicePermissions = "rw"
 // allocate serves one Allocate call for resource r. Each container's
 // devices are resolved to their ports, which are held for the container's
 // legacy holder in the shared state (see holder.go): an earlier legacy
-// holder of any of them is superseded in the same step, a DRA claim's hold
+// holder of any of them made for r is superseded in the same step; a legacy
+// holder made for another resource (another mode's) or a DRA claim's hold
 // refuses the call. The container gets:
 //
-//   - a device spec per node of each port (rw; never a management node),
+//   - a device spec per node of each port (rw; a management node among
+//     them refuses the call),
 //   - FPGA_PORTS, FPGA_AFU_IDS, FPGA_INTERFACE_IDS and ACCELERATOR_UNITS,
 //     one comma-separated entry per port, as the DRA path's CDI spec sets
 //     them,
@@ -72,8 +77,18 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 		}
 	}
 	h := legacyHolder(mode, r.fullName, ports)
+	nodes := make([][]discovery.DevNode, len(ports))
+	for i, port := range ports {
+		if nodes[i], err = cdi.ContainerNodes(cards[i], port); err != nil {
+			return nil, status.Errorf(codes.Internal, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
+		}
+	}
+	mine, err := p.supersedable(r.fullName, h.UID, reqs)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
+	}
 
-	opts := []state.PrepareOption{state.Supersede(IsLegacyHolder)}
+	opts := []state.PrepareOption{state.Supersede(func(uid types.UID) bool { return slices.Contains(mine, uid) })}
 	if rec, ok := p.cfg.State.Claim(h.UID); ok && !current(rec, reqs, devs) {
 		opts = append(opts, state.Rebuild())
 	}
@@ -91,7 +106,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	cr := &pluginapi.ContainerAllocateResponse{}
 	envDevices := make([]cdi.Device, len(ports))
 	for i, port := range ports {
-		for _, n := range port.Nodes() {
+		for _, n := range nodes[i] {
 			cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: devicePermissions})
 		}
 		afuID := port.AFUID
@@ -111,6 +126,35 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	}
 	klog.FromContext(ctx).V(2).Info("Allocated", "devices", ids, "holder", h.UID, "ports", len(ports))
 	return cr, nil
+}
+
+// supersedable returns the legacy holders of reqs' ports that the holder
+// uid of resource fullName may supersede: those made for fullName, whose
+// devices the kubelet hands out again only once their container ended. A
+// port held for another resource (another mode's, or an af resource of an
+// AFU the port no longer carries) is refused: the kubelet tracks each
+// resource on its own, so that resource's container may still be running.
+// A holder whose record is not written yet (an Allocate in flight) is
+// neither: the state refuses it.
+func (p *Plugin) supersedable(fullName string, uid types.UID, reqs []state.DeviceRequest) ([]types.UID, error) {
+	holders := p.cfg.State.Holders()
+	resources := legacyResources(p.cfg.State, holders)
+	var mine []types.UID
+	for _, rq := range reqs {
+		other := holders[rq.Device]
+		resource, legacy := resources[other]
+		switch {
+		case other == "" || other == uid || !legacy:
+		case resource == fullName:
+			if !slices.Contains(mine, other) {
+				mine = append(mine, other)
+			}
+		default:
+			return nil, fmt.Errorf("port %s is held by device-plugin holder %s for resource %s, not %s: a container given the port under that resource (before the node's device-plugin mode or the port's AFU changed) may still be running; "+
+				"the hold is released once the kubelet's pod-resources API lists no container with the port (checked every --refresh-interval), or end that container", rq.Device, other, resource, fullName)
+		}
+	}
+	return mine, nil
 }
 
 // current reports whether a holder's record covers exactly reqs' ports with

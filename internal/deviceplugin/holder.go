@@ -18,8 +18,12 @@ import (
 // a claim. The kubelet never tells a device plugin when a container ends,
 // so a legacy hold is never released by an event; instead, because the
 // kubelet only allocates devices it considers free, a later Allocate of any
-// of its ports supersedes it (the old holder is unprepared, its CDI spec
-// removed). A DRA claim's hold is never superseded. On a node that has
+// of its ports for the same resource supersedes it (the old holder is
+// unprepared, its CDI spec removed). The kubelet tracks each resource on
+// its own: after the node's mode (or a port's AFU) changed, the old
+// resource's container may still run while the new resource's device looks
+// free, so a hold made for another resource is never superseded (and its
+// ports are advertised unhealthy), nor is a DRA claim's hold. On a node that has
 // switched to DRA, where no Allocate comes, ReleaseStaleHolds releases a
 // legacy hold once the kubelet's pod-resources API lists no container with
 // its ports (stale.go).
@@ -69,4 +73,20 @@ func IsRegionHolder(uid types.UID) bool {
 // legacyHolder is the state.Holder for ports of resource fullName.
 func legacyHolder(mode Mode, fullName string, ports []*discovery.Port) state.Holder {
 	return state.Holder{UID: holderUID(mode, ports), Namespace: LegacyNamespace, Name: fullName}
+}
+
+// legacyResources returns the resource each legacy holder in holders was
+// made for: its record's Name. A holder whose record is not written yet (an
+// Allocate in flight) is left out.
+func legacyResources(st *state.State, holders map[string]types.UID) map[types.UID]string {
+	out := map[types.UID]string{}
+	for _, uid := range holders {
+		if _, done := out[uid]; done || !IsLegacyHolder(uid) {
+			continue
+		}
+		if rec, ok := st.Claim(uid); ok {
+			out[uid] = rec.Name
+		}
+	}
+	return out
 }

@@ -40,12 +40,14 @@ type resource struct {
 // inventory groups a discovery result into resources. A card whose vendor's
 // plugin named it (discovery.Legacy, e.g. amd.com/<VBNV>-<timestamp>) is
 // one device of that resource whatever the mode; other cards get the Intel
-// plugin's names in domain, by mode. A port held in holders by anyone but
-// a legacy holder (a DRA claim from before the node switched modes) is
-// advertised unhealthy, so the kubelet does not hand it out twice. Ports
+// plugin's names in domain, by mode. A port held in holders by a DRA claim
+// (from before the node switched modes) or by a legacy holder that
+// resources says was made for another resource (a container allocated
+// before the mode or the port's AFU changed) is advertised unhealthy, so
+// the kubelet does not hand it out twice. Ports
 // that cannot be named (no readable or an all-f AFU ID in af mode) are
 // left out and reported.
-func inventory(res *discovery.Result, mode Mode, domain string, holders map[string]types.UID) (map[string]*resource, []error) {
+func inventory(res *discovery.Result, mode Mode, domain string, holders map[string]types.UID, resources map[types.UID]string) (map[string]*resource, []error) {
 	out := map[string]*resource{}
 	var errs []error
 	add := func(name string, d *device) {
@@ -57,7 +59,7 @@ func inventory(res *discovery.Result, mode Mode, domain string, holders map[stri
 			r = &resource{name: name}
 			out[name] = r
 		}
-		d.healthy, d.reason = health(d.ports, holders)
+		d.healthy, d.reason = health(name, d.ports, holders, resources)
 		r.devices = append(r.devices, d)
 	}
 	for _, c := range res.Cards {
@@ -93,15 +95,22 @@ func inventory(res *discovery.Result, mode Mode, domain string, holders map[stri
 	return out, errs
 }
 
-// health is healthy when every port is healthy and no DRA claim holds one.
-func health(ports []*discovery.Port, holders map[string]types.UID) (bool, string) {
+// health is healthy when every port is healthy and held by no DRA claim and
+// no legacy holder of a resource other than name (see inventory).
+func health(name string, ports []*discovery.Port, holders map[string]types.UID, resources map[types.UID]string) (bool, string) {
 	var reasons []string
 	for _, p := range ports {
 		if !p.Health.Healthy {
 			reasons = append(reasons, p.Node.Name+": "+p.Health.String())
 		}
-		if h, ok := holders[p.DeviceName()]; ok && !IsLegacyHolder(h) {
+		h, held := holders[p.DeviceName()]
+		resource, legacy := resources[h]
+		switch {
+		case !held:
+		case !IsLegacyHolder(h):
 			reasons = append(reasons, fmt.Sprintf("%s: held by DRA claim %s", p.Node.Name, h))
+		case legacy && resource != name:
+			reasons = append(reasons, fmt.Sprintf("%s: held by device-plugin holder %s for resource %s, whose container may still run", p.Node.Name, h, resource))
 		}
 	}
 	return len(reasons) == 0, strings.Join(reasons, "; ")

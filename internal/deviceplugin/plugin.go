@@ -184,6 +184,21 @@ func (p *Plugin) Resources() []string {
 	return names
 }
 
+// Serves reports whether the endpoint serves resource fullName now: a
+// legacy hold of a resource it does not serve (an earlier mode's) gets no
+// Allocate that supersedes it, and is released once no container has its
+// devices (ReleaseStaleHolds with Only: not Serves).
+func (p *Plugin) Serves(fullName string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.servers {
+		if r.fullName == fullName {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *Plugin) poke() {
 	select {
 	case p.kick <- struct{}{}:
@@ -194,7 +209,8 @@ func (p *Plugin) poke() {
 func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
 	res.Report(logger, p.cfg.Scanner.Root)
-	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, p.cfg.State.Holders())
+	holders := p.cfg.State.Holders()
+	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, holders, legacyResources(p.cfg.State, holders))
 	for _, err := range errs {
 		logger.Error(err, "FPGA device is not advertised")
 	}

@@ -18,10 +18,12 @@ import (
 
 // Stale legacy holds.
 //
-// While the endpoint serves, a later Allocate supersedes a legacy hold (see
-// holder.go). A node that served the endpoint and now serves DRA gets no
-// Allocate, so its legacy holds would outlive the containers that had the
-// ports and refuse every claim for them. The kubelet's pod-resources API
+// While the endpoint serves, a later Allocate for the same resource
+// supersedes a legacy hold (see holder.go); a hold made for a resource the
+// endpoint no longer serves (an earlier mode's) gets no such Allocate, and
+// a node that served the endpoint and now serves DRA gets no Allocate at
+// all, so such holds would outlive the containers that had the ports and
+// refuse every allocation and claim for them. The kubelet's pod-resources API
 // says which devices its containers still have; a legacy holder that no
 // container has is released.
 
@@ -52,6 +54,10 @@ func LegacyHolders(st *state.State) []types.UID {
 type StaleReleaser struct {
 	State *state.State
 	Pods  podresourcesv1.PodResourcesListerClient
+	// Only, when set, limits the release to holders made for a resource
+	// it accepts: while the endpoint serves, those of resources it does
+	// not serve (an earlier mode's), which no Allocate can be recording.
+	Only func(resource string) bool
 
 	// unused are the holders the previous Pass found no container using.
 	unused map[types.UID]bool
@@ -65,7 +71,7 @@ type StaleReleaser struct {
 // is one of its ports or their card's FME (region mode), or one devs does
 // not know (a card that failed discovery or was renumbered keeps its hold).
 func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]types.UID, error) {
-	holders := LegacyHolders(r.State)
+	holders := r.candidates()
 	if len(holders) == 0 {
 		r.unused = nil
 		return nil, nil
@@ -127,27 +133,42 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	return released, nil
 }
 
+// candidates are the legacy holders Pass may release.
+func (r *StaleReleaser) candidates() []types.UID {
+	holders := LegacyHolders(r.State)
+	if r.Only == nil {
+		return holders
+	}
+	return slices.DeleteFunc(holders, func(uid types.UID) bool {
+		rec, ok := r.State.Claim(uid)
+		return !ok || !r.Only(rec.Name)
+	})
+}
+
 // ReleaseStaleHolds runs StaleReleaser passes at once and then every
 // interval (30 s when not positive) until st holds no legacy holder or ctx
 // ends, dialing the kubelet's pod-resources socket only when there is
-// something to release. devs returns the node's current devices. Failures
-// are logged and retried.
-func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result) {
+// something to release. devs returns the node's current devices. With
+// only set (see StaleReleaser.Only: the endpoint serves), it releases only
+// the holders of resources only accepts and runs until ctx ends, as such
+// holders can appear later (a port's AFU changed under its container).
+// Failures are logged and retried.
+func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result, only func(resource string) bool) {
 	logger := klog.FromContext(ctx)
-	if len(LegacyHolders(st)) == 0 {
+	if only == nil && len(LegacyHolders(st)) == 0 {
 		return
 	}
 	if interval <= 0 {
 		interval = defaultStaleInterval
 	}
-	logger.Info("Device-plugin holds remain from an earlier mode; releasing each once no container has its devices", "holders", LegacyHolders(st), "podResourcesSocket", socket)
+	logger.Info("Releasing device-plugin holds of earlier modes once no container has their devices", "holders", LegacyHolders(st), "podResourcesSocket", socket)
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		logger.Error(err, "Cannot release stale device-plugin holds: dial the kubelet's pod-resources API", "socket", socket)
 		return
 	}
 	defer conn.Close()
-	r := &StaleReleaser{State: st, Pods: podresourcesv1.NewPodResourcesListerClient(conn)}
+	r := &StaleReleaser{State: st, Pods: podresourcesv1.NewPodResourcesListerClient(conn), Only: only}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -157,7 +178,7 @@ func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, inte
 		if err != nil {
 			logger.Error(err, "Releasing stale device-plugin holds; retrying", "interval", interval)
 		}
-		if len(LegacyHolders(st)) == 0 {
+		if only == nil && len(LegacyHolders(st)) == 0 {
 			logger.Info("No device-plugin hold remains")
 			return
 		}

@@ -176,14 +176,7 @@ func TestReleaseStaleRegionMode(t *testing.T) {
 	_, client := servePodResources(t, n.dir, pr)
 	pr.set(nil, pod("a", intelDomain+"/"+fixtureRegion, "dfl-fme.0"))
 	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client}
-	var released []types.UID
-	for range 2 {
-		got, err := r.Pass(ctx, n.plugin.Devices())
-		if err != nil {
-			t.Fatal(err)
-		}
-		released = append(released, got...)
-	}
+	released := twoPasses(ctx, t, r, n.plugin.Devices())
 	if left := deviceplugin.LegacyHolders(n.state); len(released) != 1 || len(left) != 1 || left[0] == released[0] ||
 		n.state.Holders()["fpga-0000-01-00-0-p0"] != left[0] {
 		t.Fatalf("released %v, left %v: want card 1 (dfl-fme.0, in a container) held and card 2 released", released, left)
@@ -206,7 +199,7 @@ func TestReleaseStaleHolds(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		deviceplugin.ReleaseStaleHolds(ctx, n.state, socket, time.Millisecond, func() *discovery.Result { return devs })
+		deviceplugin.ReleaseStaleHolds(ctx, n.state, socket, time.Millisecond, func() *discovery.Result { return devs }, nil)
 	}()
 	// The loop asks again and again and keeps the hold while the pod runs.
 	for range 3 {
@@ -226,4 +219,44 @@ func TestReleaseStaleHolds(t *testing.T) {
 	if h := deviceplugin.LegacyHolders(n.state); len(h) != 0 {
 		t.Fatalf("holders left: %v", h)
 	}
+}
+
+// TestReleaseStaleOnly: while the endpoint serves, only holds of resources
+// it does not serve (an earlier mode's) are released once no container
+// has their ports; a hold of a served resource stays for the next
+// Allocate to supersede, however long no container lists it.
+func TestReleaseStaleOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{})
+	regs := n.kubelet.waitRegistrations(t, 2)
+	r0, r1 := intelDomain+"/"+fixtureAF0, intelDomain+"/"+fixtureAF1
+	for r, port := range map[string]string{r0: "dfl-port.0", r1: "dfl-port.1"} {
+		if _, err := allocate(t, n.client(t, regs[r]), port); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h1 := types.UID("deviceplugin-af-fpga-0000-02-00-0-p0")
+	pr := &podResources{}
+	_, client := servePodResources(t, n.dir, pr)
+	// r1 stands for a resource of an earlier mode.
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client, Only: func(resource string) bool { return resource == r1 }}
+	released := twoPasses(ctx, t, r, n.plugin.Devices())
+	if !slices.Equal(released, []types.UID{h1}) || len(deviceplugin.LegacyHolders(n.state)) != 1 {
+		t.Fatalf("released %v, left %v: want only %s (resource %s) released", released, deviceplugin.LegacyHolders(n.state), h1, r1)
+	}
+}
+
+// twoPasses runs two passes of r (a release needs two lists in a row) and
+// returns what they released.
+func twoPasses(ctx context.Context, t *testing.T, r *deviceplugin.StaleReleaser, devs *discovery.Result) []types.UID {
+	t.Helper()
+	var released []types.UID
+	for range 2 {
+		got, err := r.Pass(ctx, devs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		released = append(released, got...)
+	}
+	return released
 }

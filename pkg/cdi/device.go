@@ -40,17 +40,9 @@ func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device 
 		return Device{err: fmt.Errorf("device on card %s has no port", card.PCIAddress)}
 	}
 	name := port.DeviceName()
-	nodes := port.Nodes()
-	for _, node := range nodes {
-		if !filepath.IsAbs(node.Path) {
-			return Device{name: name, err: fmt.Errorf("device %s: node path %q is not absolute", name, node.Path)}
-		}
-		for _, m := range card.ManagementNodes() {
-			if node.Path == m.Path || (node.Major != 0 && node.Major == m.Major && node.Minor == m.Minor) {
-				return Device{name: name, err: fmt.Errorf("device %s: node %s (%d:%d) is the card's management node %s (%d:%d): refusing to hand it to a container",
-					name, node.Path, node.Major, node.Minor, m.Path, m.Major, m.Minor)}
-			}
-		}
+	nodes, err := ContainerNodes(card, port)
+	if err != nil {
+		return Device{name: name, err: err}
 	}
 	if afuID == "" {
 		afuID = port.AFUID
@@ -62,6 +54,29 @@ func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device 
 		afuID:       afuID,
 		interfaceID: card.InterfaceID,
 	}
+}
+
+// ContainerNodes returns the nodes a container using port gets
+// (port.Nodes), or an error when one is not an absolute path or is one of
+// the card's management nodes (the FME, /dev/xclmgmt*): a discovery bug
+// must never hand a management node to a container. Every path that gives
+// a container a port's nodes (CDI specs, the device-plugin endpoint's
+// Allocate) takes them from here.
+func ContainerNodes(card *discovery.Card, port *discovery.Port) ([]discovery.DevNode, error) {
+	name := port.DeviceName()
+	nodes := port.Nodes()
+	for _, node := range nodes {
+		if !filepath.IsAbs(node.Path) {
+			return nil, fmt.Errorf("device %s: node path %q is not absolute", name, node.Path)
+		}
+		for _, m := range card.ManagementNodes() {
+			if node.Path == m.Path || (node.Major != 0 && node.Major == m.Major && node.Minor == m.Minor) {
+				return nil, fmt.Errorf("device %s: node %s (%d:%d) is the card's management node %s (%d:%d): refusing to hand it to a container",
+					name, node.Path, node.Major, node.Minor, m.Path, m.Major, m.Minor)
+			}
+		}
+	}
+	return nodes, nil
 }
 
 // Name is the DRA device name of the port, e.g. "fpga-0000-81-00-0-p0".
