@@ -166,6 +166,40 @@ func TestRaceEntryPoints(t *testing.T) {
 			}
 		},
 	}, {
+		name: "programming before binding and another claim's prepare", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error {
+					_, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs, state.BeforeBinding())
+					return err
+				},
+				func() error { _, err := r.State.Prepare(ctx, b, request(r.dev, nil), r.devs); return err })
+		},
+		check: func(t *testing.T, r *racingNode, errA, errB error) { oneWinner(t, r, a, b, errA, errB) },
+	}, {
+		name: "programming before binding and the kubelet's prepare of one claim", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			before := r.Programmer.TotalCalls()
+			errA, errB := race(
+				func() error {
+					_, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs, state.BeforeBinding())
+					return err
+				},
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err })
+			if n := r.Programmer.TotalCalls() - before; n != 1 {
+				return fmt.Errorf("the region was programmed %d times for one claim, want once", n), nil
+			}
+			return errA, errB
+		},
+		check: func(t *testing.T, r *racingNode, errA, errB error) {
+			if errA != nil || errB != nil {
+				t.Fatalf("before binding: %v; kubelet: %v", errA, errB)
+			}
+			if rec, _ := r.State.Claim(a.UID); rec.Phase != state.PhaseCompleted || afuID(t, r.Node, r.dev) != testnode.NewAFU {
+				t.Fatalf("%s is %q with AFU %s after both, want %s with %s", a.UID, rec.Phase, afuID(t, r.Node, r.dev), state.PhaseCompleted, testnode.NewAFU)
+			}
+		},
+	}, {
 		name: "a claim and a legacy allocation", rounds: 300,
 		run: func(r *racingNode) (error, error) {
 			return race(
