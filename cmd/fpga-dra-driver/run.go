@@ -61,6 +61,8 @@ type runFlags struct {
 	bindingConditions bool
 	quarantine        time.Duration
 	podUID            string
+	podName           string
+	podNamespace      string
 	deviceMetadata    bool
 	shutdownWait      time.Duration
 }
@@ -127,6 +129,8 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.unhealthyEffect, "unhealthy-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), "effect of the taint on an unhealthy device: NoSchedule, or NoExecute to also evict its pods")
 	fs.BoolVar(&f.bindingConditions, "binding-conditions", true, "program claims before their pods are bound (KEP-5007 binding conditions; needs the ResourceClaim router of fpga-dra-controller): a pod is bound only once its regions carry their functions, programming is not limited by the kubelet's 45s, and a failed programming sends the claim to another device; off, or when the API server drops binding conditions, claims are programmed at prepare")
 	fs.DurationVar(&f.quarantine, "programming-failure-quarantine", draplugin.DefaultQuarantineTime, "how long a device whose programming failed before binding through a fault of the device (not of the claim's bitstream) is kept out of new allocations (a NoSchedule taint)")
+	fs.StringVar(&f.podName, "pod-name", "", "this pod's name (downward API metadata.name): a pod-resources list of the kubelet without this pod has not been synced and releases no device-plugin hold")
+	fs.StringVar(&f.podNamespace, "pod-namespace", "", "this pod's namespace (downward API metadata.namespace), with --pod-name")
 	fs.StringVar(&f.podUID, "pod-uid", "", "this pod's UID (downward API metadata.uid): the next version's pod then serves the kubelet beside this one during a rolling update, taking over the node's state when this one stops")
 	fs.BoolVar(&f.deviceMetadata, "device-metadata", true, "give each container a file with its devices' attributes (KEP-5304) under /var/run/kubernetes.io/dra-device-attributes")
 	fs.DurationVar(&f.shutdownWait, "shutdown-wait", 5*time.Minute, "how long stopping waits for programming in flight (it cannot be stopped part way); keep the pod's terminationGracePeriodSeconds above it")
@@ -135,6 +139,8 @@ func newRunCommand() *cobra.Command {
 		"binding-conditions":             "BINDING_CONDITIONS",
 		"programming-failure-quarantine": "PROGRAMMING_FAILURE_QUARANTINE",
 		"pod-uid":                        "POD_UID",
+		"pod-name":                       "POD_NAME",
+		"pod-namespace":                  "POD_NAMESPACE",
 		"device-metadata":                "DEVICE_METADATA",
 		"kubeconfig":                     "KUBECONFIG",
 		"node-name":                      "NODE_NAME",
@@ -288,7 +294,7 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
 		// Holds of an earlier mode's resources: no Allocate supersedes them.
-		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, func(resource string) bool { return !p.Serves(resource) })
+		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, func(resource string) bool { return !p.Serves(resource) }, f.selfPod())
 	} else {
 		activateDRA(f, client, st, d)
 		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
@@ -296,7 +302,7 @@ func run(ctx context.Context, f runFlags) error {
 			st := d.Helper().RegistrationStatus()
 			return st != nil && st.PluginRegistered
 		}
-		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices, nil)
+		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices, nil, f.selfPod())
 	}
 	if err := control.ReleaseAdminHolds(ctx, st.state); err != nil {
 		logger.Error(err, "Ports an interrupted admin programming held stay held")
@@ -395,4 +401,13 @@ func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "fpga-dra-driver"
 	return kubernetes.NewForConfig(cfg)
+}
+
+// selfPod is this daemon's pod as "namespace/name", or "" when either is
+// not known (not run as a pod, or without the downward API).
+func (f runFlags) selfPod() string {
+	if f.podName == "" || f.podNamespace == "" {
+		return ""
+	}
+	return f.podNamespace + "/" + f.podName
 }

@@ -58,6 +58,11 @@ type StaleReleaser struct {
 	// it accepts: while the endpoint serves, those of resources it does
 	// not serve (an earlier mode's), which no Allocate can be recording.
 	Only func(resource string) bool
+	// Self, when set, is this daemon's own pod ("namespace/name"): a list
+	// without it comes from a kubelet that has not synced its pods (it
+	// restarted and cannot reach the API server yet, while the containers
+	// it had keep running) and proves nothing.
+	Self string
 
 	// unused are the holders the previous Pass found no container using.
 	unused map[types.UID]bool
@@ -79,6 +84,11 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	resp, err := r.Pods.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list the kubelet's pod resources: %w", err)
+	}
+	if r.Self != "" && !slices.ContainsFunc(resp.GetPodResources(), func(p *podresourcesv1.PodResources) bool {
+		return p.GetNamespace()+"/"+p.GetName() == r.Self
+	}) {
+		return nil, fmt.Errorf("the kubelet's pod-resources list lacks this daemon's own pod %s: the kubelet has not synced its pods (restarted without the API server?), so the list proves nothing and no hold is released", r.Self)
 	}
 	// The DRA devices each kubelet device ID stands for, in either mode.
 	devices := map[string][]string{}
@@ -148,12 +158,12 @@ func (r *StaleReleaser) candidates() []types.UID {
 // ReleaseStaleHolds runs StaleReleaser passes at once and then every
 // interval (30 s when not positive) until st holds no legacy holder or ctx
 // ends, dialing the kubelet's pod-resources socket only when there is
-// something to release. devs returns the node's current devices. With
-// only set (see StaleReleaser.Only: the endpoint serves), it releases only
-// the holders of resources only accepts and runs until ctx ends, as such
-// holders can appear later (a port's AFU changed under its container).
-// Failures are logged and retried.
-func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result, only func(resource string) bool) {
+// something to release. devs returns the node's current devices; self is
+// StaleReleaser.Self. With only set (see StaleReleaser.Only: the endpoint
+// serves), it releases only the holders of resources only accepts and
+// runs until ctx ends, as such holders can appear later (a port's AFU
+// changed under its container). Failures are logged and retried.
+func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result, only func(resource string) bool, self string) {
 	logger := klog.FromContext(ctx)
 	if only == nil && len(LegacyHolders(st)) == 0 {
 		return
@@ -168,7 +178,7 @@ func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, inte
 		return
 	}
 	defer conn.Close()
-	r := &StaleReleaser{State: st, Pods: podresourcesv1.NewPodResourcesListerClient(conn), Only: only}
+	r := &StaleReleaser{State: st, Pods: podresourcesv1.NewPodResourcesListerClient(conn), Only: only, Self: self}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {

@@ -199,7 +199,7 @@ func TestReleaseStaleHolds(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		deviceplugin.ReleaseStaleHolds(ctx, n.state, socket, time.Millisecond, func() *discovery.Result { return devs }, nil)
+		deviceplugin.ReleaseStaleHolds(ctx, n.state, socket, time.Millisecond, func() *discovery.Result { return devs }, nil, "")
 	}()
 	// The loop asks again and again and keeps the hold while the pod runs.
 	for range 3 {
@@ -259,4 +259,33 @@ func twoPasses(ctx context.Context, t *testing.T, r *deviceplugin.StaleReleaser,
 		released = append(released, got...)
 	}
 	return released
+}
+
+// TestReleaseStaleNeedsOwnPod: with Self set, a pod-resources list that
+// lacks the daemon's own pod (a kubelet that restarted and has not synced
+// its pods, while the containers it had run on) releases nothing and
+// confirms nothing, however often it comes; once the kubelet lists the
+// daemon's pod, two lists in a row without a container release the hold.
+func TestReleaseStaleNeedsOwnPod(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{})
+	regs := n.kubelet.waitRegistrations(t, 2)
+	if _, err := allocate(t, n.client(t, regs[intelDomain+"/"+fixtureAF0]), "dfl-port.0"); err != nil {
+		t.Fatal(err)
+	}
+	n.plugin.Stop() // the node now serves DRA
+	h0 := types.UID("deviceplugin-af-fpga-0000-01-00-0-p0")
+	pr := &podResources{}
+	_, client := servePodResources(t, n.dir, pr)
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client, Self: "fpga-dra-driver/fpga-dra-driver-kubelet-plugin-x1"}
+	devs := n.plugin.Devices()
+	for range 3 {
+		if got, err := r.Pass(ctx, devs); err == nil || len(got) != 0 || !strings.Contains(err.Error(), r.Self) {
+			t.Fatalf("a list without the daemon's own pod: released %v, error %v; want nothing released and an error naming %s", got, err, r.Self)
+		}
+	}
+	pr.set(nil, &podresourcesv1.PodResources{Namespace: "fpga-dra-driver", Name: "fpga-dra-driver-kubelet-plugin-x1"})
+	if released := twoPasses(ctx, t, r, devs); !slices.Equal(released, []types.UID{h0}) {
+		t.Fatalf("released %v once the kubelet lists the daemon's pod, want %s after two lists", released, h0)
+	}
 }
