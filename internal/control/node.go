@@ -162,8 +162,9 @@ const adminHolderPrefix = "admin-program-"
 // them. Call it after State.Restore, before the control socket serves.
 func ReleaseAdminHolds(ctx context.Context, st *state.State) error {
 	var errs []error
-	for _, uid := range st.Holders() {
-		if !strings.HasPrefix(string(uid), adminHolderPrefix) {
+	for _, rec := range st.Records() {
+		uid := types.UID(rec.UID)
+		if !strings.HasPrefix(rec.UID, adminHolderPrefix) {
 			continue
 		}
 		if err := st.Unprepare(ctx, uid); err != nil {

@@ -138,7 +138,7 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 // neither: the state refuses it.
 func (p *Plugin) supersedable(fullName string, uid types.UID, reqs []state.DeviceRequest) ([]types.UID, error) {
 	holders := p.cfg.State.Holders()
-	resources := legacyResources(p.cfg.State, holders)
+	resources := legacyResources(p.cfg.State)
 	var mine []types.UID
 	for _, rq := range reqs {
 		other := holders[rq.Device]

@@ -75,16 +75,13 @@ func legacyHolder(mode Mode, fullName string, ports []*discovery.Port) state.Hol
 	return state.Holder{UID: holderUID(mode, ports), Namespace: LegacyNamespace, Name: fullName}
 }
 
-// legacyResources returns the resource each legacy holder in holders was
-// made for: its record's Name. A holder whose record is not written yet (an
+// legacyResources returns the resource each legacy holder in st was made
+// for: its record's Name. A holder whose record is not written yet (an
 // Allocate in flight) is left out.
-func legacyResources(st *state.State, holders map[string]types.UID) map[types.UID]string {
+func legacyResources(st *state.State) map[types.UID]string {
 	out := map[types.UID]string{}
-	for _, uid := range holders {
-		if _, done := out[uid]; done || !IsLegacyHolder(uid) {
-			continue
-		}
-		if rec, ok := st.Claim(uid); ok {
+	for _, rec := range st.Records() {
+		if uid := types.UID(rec.UID); IsLegacyHolder(uid) {
 			out[uid] = rec.Name
 		}
 	}

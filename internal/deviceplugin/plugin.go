@@ -191,12 +191,8 @@ func (p *Plugin) Resources() []string {
 func (p *Plugin) Serves(fullName string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range p.servers {
-		if r.fullName == fullName {
-			return true
-		}
-	}
-	return false
+	_, ok := p.servers[fullName]
+	return ok
 }
 
 func (p *Plugin) poke() {
@@ -209,8 +205,7 @@ func (p *Plugin) poke() {
 func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
 	res.Report(logger, p.cfg.Scanner.Root)
-	holders := p.cfg.State.Holders()
-	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, holders, legacyResources(p.cfg.State, holders))
+	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, p.cfg.State.Holders(), legacyResources(p.cfg.State))
 	for _, err := range errs {
 		logger.Error(err, "FPGA device is not advertised")
 	}

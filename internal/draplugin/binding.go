@@ -114,21 +114,14 @@ func (b *Binder) Run(ctx context.Context) error {
 // any more and no kubelet will unprepare, is then released by sync like
 // one deleted while the daemon runs.
 func (b *Binder) adoptRecorded() {
-	st := b.Claims.State
-	done := map[types.UID]bool{}
-	for _, uid := range st.Holders() {
-		if done[uid] {
-			continue
-		}
-		done[uid] = true
-		rec, ok := st.Claim(uid)
-		if !ok || rec.Phase != state.PhaseProgrammed {
+	for _, rec := range b.Claims.State.Records() {
+		if rec.Phase != state.PhaseProgrammed {
 			continue
 		}
 		name := cache.ObjectName{Namespace: rec.Namespace, Name: rec.Name}
 		b.mu.Lock()
 		if _, known := b.seen[name]; !known {
-			b.seen[name] = uid
+			b.seen[name] = types.UID(rec.UID)
 		}
 		b.mu.Unlock()
 		b.queue.Add(name)

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -311,6 +312,18 @@ func (s *State) Holders() map[string]types.UID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.holds)
+}
+
+// Records returns a copy of every holder's record, ordered by UID.
+func (s *State) Records() []ClaimRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ClaimRecord, 0, len(s.cp.Claims))
+	for _, rec := range s.cp.Claims {
+		out = append(out, *rec.clone())
+	}
+	slices.SortFunc(out, func(a, b ClaimRecord) int { return strings.Compare(a.UID, b.UID) })
+	return out
 }
 
 // Claim returns a copy of a holder's record.
