@@ -429,3 +429,49 @@ func TestSpecOutranksAStartedRecord(t *testing.T) {
 		t.Errorf("%s, unprepared before the damage, still has a record", x.UID)
 	}
 }
+
+// TestSpecNamingFewerDevicesFreesTheRest: the older slot has a claim
+// started on two devices, its spec (from the newer, lost save) completed
+// on one of them: the recovered record holds that one only, and the
+// device the spec drops is free for another claim.
+func TestSpecNamingFewerDevicesFreesTheRest(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	devs := n.Devices(t)
+	kept, dropped := devs.Ports()[0].DeviceName(), devs.Ports()[1].DeviceName()
+	x, y := holder("x"), holder("y")
+	ctx := context.Background()
+	n.Programmer.FailDevices = []string{dropped}
+	cfg := ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)
+	both := append(request(kept, cfg), request(dropped, cfg)...)
+	if _, err := n.State.Prepare(ctx, x, both, devs); err == nil {
+		t.Fatal("prepare of x succeeded with a failing programmer")
+	}
+	if rec, ok := n.State.Claim(x.UID); !ok || rec.Phase != state.PhaseStarted || len(rec.Devices) != 2 {
+		t.Fatalf("record of x after the failed prepare: %+v, want started on both devices", rec)
+	}
+	// Another allocation of x, on the programmed device alone.
+	if _, err := n.State.Prepare(ctx, x, request(kept, ask(testnode.NewAFU, v1alpha1.ProgrammingNever)), devs); err != nil {
+		t.Fatal(err)
+	}
+	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+
+	r := testnode.New(t, testnode.Options{Restart: n})
+	if len(r.Restored.Recovered) != 1 || r.Restored.Recovered[0].UID != x.UID {
+		t.Fatalf("recovered %v, want %s from its spec (kept %v)", r.Restored.Recovered, x.UID, r.Restored.Kept)
+	}
+	rec, ok := r.State.Claim(x.UID)
+	if !ok || rec.Phase != state.PhaseCompleted || len(rec.Devices) != 1 || rec.Devices[0].Device != kept {
+		t.Fatalf("recovered record of x: %+v, want completed on %s alone", rec, kept)
+	}
+	holders := r.State.Holders()
+	if holders[kept] != x.UID {
+		t.Errorf("device %s is held by %q, want %s", kept, holders[kept], x.UID)
+	}
+	if h, held := holders[dropped]; held {
+		t.Errorf("device %s, which the spec drops, is still held by %s", dropped, h)
+	}
+	if _, err := r.State.Prepare(ctx, y, request(dropped, nil), r.Devices(t)); err != nil {
+		t.Fatalf("prepare of another claim on the dropped device: %v", err)
+	}
+	checkConsistent(t, r)
+}

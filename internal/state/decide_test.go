@@ -9,15 +9,19 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
+// The interface ID, AFUs and digest the decision tables use.
+const (
+	ifID = "69528db6eb31577a8c3668f9faa081f6"
+	afuA = "d8424dc4a4a3c413f89e433683f9040b"
+	afuB = "f7df405cbd7acf7222f144b0b93acd18"
+	shaX = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+)
+
 // TestDecideDevice is the decision policy as a table: programming mode x
 // what is loaded x digest pin x reboot x programmed before binding x
 // programmable x held.
 func TestDecideDevice(t *testing.T) {
 	const (
-		ifID  = "69528db6eb31577a8c3668f9faa081f6"
-		afuA  = "d8424dc4a4a3c413f89e433683f9040b"
-		afuB  = "f7df405cbd7acf7222f144b0b93acd18"
-		shaX  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 		shaY  = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 		other = "default/other (uid-2)"
 		ref   = "registry.example.com/fpga/accel@sha256:3333333333333333333333333333333333333333333333333333333333333333"
@@ -117,5 +121,111 @@ func TestDecideDeviceHeldNamesHolder(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "fpga-0000-01-00-0-p0") {
 			t.Fatalf("releasing=%v: %v, want it to say %q", releasing, err, want)
 		}
+	}
+}
+
+// TestDecideDeviceProduct is the decision policy over the whole cross
+// product: programming mode x what is loaded x digest pin x reboot x
+// programmed before binding x programmable x held. The expected outcome
+// of each combination is the first of policy's rules whose fields all
+// match (a field left empty matches every value); the rules are the
+// policy as decideDevice's documentation states it.
+func TestDecideDeviceProduct(t *testing.T) {
+	type combo struct {
+		mode, loaded, pin, boot, binding, programmable, held string
+	}
+	type outcome struct {
+		program bool
+		err     error
+	}
+	keep, program := outcome{}, outcome{program: true}
+	policy := []struct {
+		when []combo // any of them
+		then outcome
+	}{
+		{[]combo{{held: "held"}}, outcome{err: ErrDeviceHeld}},
+		{[]combo{{binding: "before-binding", loaded: "same"}}, keep},
+		{[]combo{{mode: "Never", loaded: "none"}, {mode: "Never", loaded: "other"}}, outcome{err: ErrAFUNotLoaded}},
+		{[]combo{{mode: "Never"}}, keep},
+		{[]combo{
+			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "same-boot"},
+			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "rebooted-found-loaded"},
+			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot"},
+			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "rebooted-found-loaded"},
+		}, keep},
+		{[]combo{{programmable: "forbidden"}}, outcome{err: ErrNotProgrammable}},
+		{[]combo{{}}, program},
+	}
+	matches := func(rule, c combo) bool {
+		field := func(r, v string) bool { return r == "" || r == v }
+		return field(rule.mode, c.mode) && field(rule.loaded, c.loaded) && field(rule.pin, c.pin) && field(rule.boot, c.boot) &&
+			field(rule.binding, c.binding) && field(rule.programmable, c.programmable) && field(rule.held, c.held)
+	}
+	expect := func(c combo) outcome {
+		for _, r := range policy {
+			for _, w := range r.when {
+				if matches(w, c) {
+					return r.then
+				}
+			}
+		}
+		t.Fatalf("no rule for %+v", c)
+		return outcome{}
+	}
+	modes := map[string]v1alpha1.ProgrammingPolicy{"Never": v1alpha1.ProgrammingNever, "Always": v1alpha1.ProgrammingAlways, "IfNeeded": v1alpha1.ProgrammingIfNeeded}
+	loaded := map[string]string{"none": "", "same": afuA, "other": afuB}
+	n := 0
+	for _, mode := range []string{"Never", "Always", "IfNeeded"} {
+		for _, load := range []string{"none", "same", "other"} {
+			for _, pin := range []string{"unpinned", "pinned-loaded-here", "pinned-loaded-elsewhere"} {
+				for _, boot := range []string{"same-boot", "rebooted-erased", "rebooted-found-loaded"} {
+					for _, binding := range []string{"after-binding", "before-binding"} {
+						if binding == "before-binding" && boot != "same-boot" {
+							continue // a reboot ends what was programmed before binding
+						}
+						for _, programmable := range []string{"programmable", "forbidden"} {
+							for _, held := range []string{"free", "held"} {
+								c := combo{mode, load, pin, boot, binding, programmable, held}
+								cfg := &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: modes[mode]}
+								f := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceID: ifID, LoadedAFU: loaded[load], Programmable: programmable == "programmable", HaveProgrammer: true}
+								if pin != "unpinned" {
+									cfg.SHA256 = shaX
+								}
+								if pin == "pinned-loaded-here" {
+									f.LoadedSHA = shaX
+								}
+								f.Rebooted = boot != "same-boot"
+								f.ProgrammedBefore = boot == "rebooted-erased"
+								f.ProgrammedForBinding = binding == "before-binding"
+								if held == "held" {
+									f.HeldBy = "default/other (uid-2)"
+								}
+								want := expect(c)
+								name := strings.Join([]string{mode, load, pin, boot, binding, programmable, held}, "/")
+								t.Run(name, func(t *testing.T) {
+									got, err := decideDevice(cfg, f)
+									if want.err != nil {
+										if !errors.Is(err, want.err) {
+											t.Fatalf("error %v, want %v", err, want.err)
+										}
+										return
+									}
+									if err != nil {
+										t.Fatalf("error %v, want program=%v", err, want.program)
+									}
+									if got.Program != want.program || got.AFU != afuA {
+										t.Fatalf("plan %+v, want program=%v afu=%s", got, want.program, afuA)
+									}
+								})
+								n++
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if n != 3*3*3*(3+1)*2*2 {
+		t.Fatalf("%d combinations, want the whole product", n)
 	}
 }

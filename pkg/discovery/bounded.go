@@ -182,16 +182,19 @@ func timedOut(addr, attr string, timeout time.Duration) error {
 // read of the same file still stuck. Its text is "timed out".
 var ErrReadTimedOut = errors.New("timed out")
 
-// pendingReads holds the files (by path) whose ReadBounded reads were
-// abandoned and have not returned yet: how many, and since when.
-var pendingReads struct {
+// fileReads holds the files (by path) that a ReadBounded read is under
+// way on, or was abandoned on and has not returned from yet.
+var fileReads struct {
 	mu sync.Mutex
-	m  map[string]pendingRead
+	m  map[string]*fileRead
 }
 
-type pendingRead struct {
-	stuckRead
-	n int
+// fileRead is one ReadBounded read of a file.
+type fileRead struct {
+	done chan struct{} // closed when read returns
+	// since is when the read was abandoned (zero while it is awaited);
+	// guarded by fileReads.mu.
+	since time.Time
 }
 
 // ReadBounded runs read, a read of the file at path that may block in the
@@ -200,76 +203,92 @@ type pendingRead struct {
 // lasts. It returns read's result when read returns in time. Otherwise it
 // abandons read, which goes on until the kernel lets it return, and
 // fails: with an error matching ErrReadTimedOut and naming path and
-// timeout, or one wrapping context.Cause(ctx) when ctx ended first. An
-// abandoned read leaves path pending until it returns; meanwhile every
-// ReadBounded of path fails at once with ErrReadTimedOut and does not
-// call read, so a stuck file holds at most one goroutine however often it
-// is polled. A ctx that has ended already fails it without calling read.
-// ReadBounded is safe for concurrent use; the discovery passes bound
-// their reads the same way (see Scanner.ReadTimeout).
+// timeout, or one wrapping context.Cause(ctx) when ctx ended first.
+//
+// One read of a file runs at a time: a ReadBounded of path while another
+// one's read of it is under way waits for that read to return (within the
+// same bounds) before it calls its own. An abandoned read leaves path
+// stuck until it returns; meanwhile every ReadBounded of path fails at
+// once with ErrReadTimedOut and does not call read. So a stuck file holds
+// at most one goroutine however often, and by however many callers at
+// once, it is polled. A ctx that has ended already fails it without
+// calling read. The discovery passes bound their reads the same way (see
+// Scanner.ReadTimeout).
 func ReadBounded[T any](ctx context.Context, path string, timeout time.Duration, read func() (T, error)) (T, error) {
 	var zero T
 	if timeout <= 0 {
 		timeout = DefaultReadTimeout
 	}
-	if ctx.Err() != nil {
+	gaveUp := func() (T, error) {
 		return zero, fmt.Errorf("read of %s: gave up waiting: %w", path, context.Cause(ctx))
 	}
-	pendingReads.mu.Lock()
-	p, stuck := pendingReads.m[path]
-	pendingReads.mu.Unlock()
-	if stuck {
-		return zero, fmt.Errorf("read of %s %w: an earlier read has been stuck since %s (%d pending): the file is not read again until that read returns",
-			path, ErrReadTimedOut, p.since.UTC().Format(time.RFC3339), p.n)
+	if ctx.Err() != nil {
+		return gaveUp()
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	timedOut := func() (T, error) {
+		return zero, fmt.Errorf("read of %s %w after %s: the read is abandoned, and the file is not read again until it returns", path, ErrReadTimedOut, timeout)
+	}
+	var mine *fileRead
+	for mine == nil {
+		fileReads.mu.Lock()
+		other := fileReads.m[path]
+		switch {
+		case other == nil:
+			mine = &fileRead{done: make(chan struct{})}
+			if fileReads.m == nil {
+				fileReads.m = map[string]*fileRead{}
+			}
+			fileReads.m[path] = mine
+		case !other.since.IsZero():
+			since := other.since
+			fileReads.mu.Unlock()
+			return zero, fmt.Errorf("read of %s %w: an earlier read has been stuck since %s: the file is not read again until that read returns",
+				path, ErrReadTimedOut, since.UTC().Format(time.RFC3339))
+		}
+		fileReads.mu.Unlock()
+		if mine != nil {
+			break
+		}
+		select {
+		case <-other.done:
+		case <-ctx.Done():
+			return gaveUp()
+		case <-timer.C:
+			return zero, fmt.Errorf("read of %s %w after %s waiting for another read of it to return", path, ErrReadTimedOut, timeout)
+		}
 	}
 	type outcome struct {
 		v   T
 		err error
 	}
-	// returned and counted are guarded by pendingReads.mu: whichever of
-	// the abandoned read's return and the marking below comes second
-	// undoes or skips the mark.
-	var returned, counted bool
-	results, done, left := boundedMap(ctx, 1, timeout,
-		func(int) outcome {
-			v, err := read()
-			return outcome{v, err}
-		},
-		func(int, outcome) {
-			pendingReads.mu.Lock()
-			defer pendingReads.mu.Unlock()
-			returned = true
-			if !counted {
-				return
-			}
-			if p := pendingReads.m[path]; p.n > 1 {
-				p.n--
-				pendingReads.m[path] = p
-			} else {
-				delete(pendingReads.m, path)
-			}
-		})
-	if done[0] {
-		return results[0].v, results[0].err
+	result := make(chan outcome, 1)
+	go func() {
+		v, err := read()
+		result <- outcome{v, err}
+		fileReads.mu.Lock()
+		delete(fileReads.m, path)
+		fileReads.mu.Unlock()
+		close(mine.done)
+	}()
+	var abandon func() (T, error)
+	select {
+	case o := <-result:
+		return o.v, o.err
+	case <-ctx.Done():
+		abandon = gaveUp
+	case <-timer.C:
+		abandon = timedOut
 	}
-	if left[0] {
-		pendingReads.mu.Lock()
-		if !returned {
-			counted = true
-			p := pendingReads.m[path]
-			if p.n == 0 {
-				p.stuckRead = stuckRead{attr: path, since: time.Now()}
-			}
-			p.n++
-			if pendingReads.m == nil {
-				pendingReads.m = map[string]pendingRead{}
-			}
-			pendingReads.m[path] = p
-		}
-		pendingReads.mu.Unlock()
+	fileReads.mu.Lock()
+	defer fileReads.mu.Unlock()
+	select {
+	case o := <-result:
+		// It returned as the wait ended.
+		return o.v, o.err
+	default:
 	}
-	if ctx.Err() != nil {
-		return zero, fmt.Errorf("read of %s: gave up waiting: %w", path, context.Cause(ctx))
-	}
-	return zero, fmt.Errorf("read of %s %w after %s: the read is abandoned, and the file is not read again until it returns", path, ErrReadTimedOut, timeout)
+	mine.since = time.Now()
+	return abandon()
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +237,84 @@ func TestReadBoundedOnePendingReadPerFile(t *testing.T) {
 	cancel()
 	if _, err := discovery.ReadBounded(cancelled, path, time.Hour, stuck); !errors.Is(err, context.Canceled) || calls != 1 {
 		t.Fatalf("read with an ended context: %v after %d calls, want context.Canceled and no read", err, calls)
+	}
+}
+
+// TestReadBoundedConcurrentCallersShareOneRead: callers that read one
+// stuck file at the same time call read once between them, all fail with
+// ErrReadTimedOut, and a read of the file that is under way (not stuck)
+// is waited for, not doubled.
+func TestReadBoundedConcurrentCallersShareOneRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "afu_id")
+	release := make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	stuck := func() (string, error) {
+		calls.Add(1)
+		<-release
+		return "late", nil
+	}
+	const callers = 16
+	var ready, wg sync.WaitGroup
+	ready.Add(callers)
+	start := make(chan struct{})
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			ready.Done()
+			<-start
+			_, err := discovery.ReadBounded(context.Background(), path, 50*time.Millisecond, stuck)
+			errs <- err
+		})
+	}
+	ready.Wait()
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, discovery.ErrReadTimedOut) {
+			t.Fatalf("concurrent read of a stuck file: %v, want ErrReadTimedOut", err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d callers at once read the stuck file %d times, want once", callers, n)
+	}
+
+	// A slow read that returns in time: a second caller waits for it and
+	// then reads on its own.
+	slow := filepath.Join(t.TempDir(), "afu_id")
+	entered, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := discovery.ReadBounded(context.Background(), slow, time.Hour, func() (string, error) {
+			close(entered)
+			<-finish
+			return "first", nil
+		})
+		first <- err
+	}()
+	<-entered
+	second := make(chan string, 1)
+	go func() {
+		v, err := discovery.ReadBounded(context.Background(), slow, time.Hour, func() (string, error) {
+			select {
+			case <-finish:
+				return "second", nil
+			default:
+				return "", errors.New("read while the first read of the file was under way")
+			}
+		})
+		if err != nil {
+			v = err.Error()
+		}
+		second <- v
+	}()
+	runtime.Gosched()
+	close(finish)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if v := <-second; v != "second" {
+		t.Fatalf("second read: %q, want its own result", v)
 	}
 }
