@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -189,7 +191,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		opts = append(opts, kubeletplugin.RollingUpdate(cfg.PodUID))
 	}
 	if cfg.DeviceMetadata {
-		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}))
+		opts = append(opts,
+			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.MetadataFileOps(kubeletplugin.MetadataFileOperations{WriteFile: writeMetadataFile}))
 		if cfg.CDIDir != "" {
 			opts = append(opts, kubeletplugin.CDIDirectory(cfg.CDIDir))
 		}
@@ -494,4 +498,16 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.cancel(fmt.Errorf("fatal background error: %s: %w", msg, err))
 	}
+}
+
+// writeMetadataFile replaces a device metadata file, or the CDI spec that
+// mounts it, atomically but without flushing it: the helper writes both
+// afresh at every NodePrepareResources, and the kubelet calls that for a
+// claim before it starts a container with it after its own restart or
+// the node's (it does not checkpoint which claims are prepared). A file
+// lost with a crash is rewritten before anyone reads it, so the one flush
+// a prepare waits for stays the checkpoint's; the helper's default would
+// add two file and two directory flushes per request.
+func writeMetadataFile(name string, data []byte, perm os.FileMode) error {
+	return atomicfile.Write(name, data, atomicfile.Options{Perm: perm, NoSync: true})
 }
