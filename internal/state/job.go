@@ -137,12 +137,21 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	}
 	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
 	s.mu.Lock()
+	carried := ""
 	if err == nil {
 		s.loaded[port.DeviceName()] = loadedFile{afu: cfg.AFUID, sha256: loaded.SHA256, reference: cfg.BitstreamRef, layer: res.LayerDigest, at: time.Now(), took: time.Since(start)}
+		carried = res.LayerDigest
 	} else {
 		delete(s.loaded, port.DeviceName())
 	}
 	s.mu.Unlock()
+	if s.cfg.Registry != nil {
+		// The region's file is evicted from the OCI cache last, so that
+		// the next claim for it finds it after a reboot.
+		if cerr := s.cfg.Registry.Carry(port.DeviceName(), carried); cerr != nil {
+			klog.FromContext(ctx).Error(cerr, "Recording the cached bitstream a region carries failed", "device", port.DeviceName())
+		}
+	}
 	if err != nil {
 		return fail(fmt.Errorf("program %s with AFU %s from %s: %w", port.DeviceName(), cfg.AFUID, res.Bitstream, err))
 	}

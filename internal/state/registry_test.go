@@ -124,6 +124,40 @@ func TestAlreadyLoadedFromRegistryHoldsLayer(t *testing.T) {
 	checkConsistent(t, n)
 }
 
+// TestRegionKeepsItsLayerCached: the layer a region was programmed from
+// stays in the OCI cache after its claim ends, while layers no region
+// carries are evicted first: a later claim that needs it programmed again
+// (here on another region, with the registry down) finds it cached.
+func TestRegionKeepsItsLayerCached(t *testing.T) {
+	const thirdAFU = "00112233445566778899aabbccddeeff"
+	reg, opts, pushed := pushBitstreams(t, testnode.NewAFU, testnode.SecondAFU, thirdAFU)
+	x, y, z := pushed[0], pushed[1], pushed[2]
+	ctx := context.Background()
+	// Room for two and a half layers.
+	n, puller := registryNode(t, opts, x.Size+y.Size+z.Size/2)
+	ports := n.Devices(t).Ports()
+	cfg := &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, BitstreamRef: x.Reference, Programming: v1alpha1.ProgrammingAlways}
+	prepareUntilDone(t, n.State, holder("a"), request(ports[0].DeviceName(), cfg), n.Devices(t))
+	unprepareUntilDone(t, n.State, holder("a").UID)
+
+	// Two other pulls, the second of which needs room: the least recently
+	// used layer is the region's, yet the other goes.
+	for _, other := range []*oci.Pushed{y, z} {
+		if _, err := puller.Fetch(ctx, other.Reference, oci.FetchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := puller.Stats(); s.Evictions != 1 {
+		t.Fatalf("puller %+v, want one eviction", s)
+	}
+	reg.Stop()
+	out := prepareUntilDone(t, n.State, holder("b"), request(ports[1].DeviceName(), cfg), n.Devices(t))
+	if len(out.Programmed) != 1 || out.Programmed[0].Err != nil || out.Programmed[0].LayerDigest != x.LayerDigest {
+		t.Fatalf("programmed %+v, want %s from the cache", out.Programmed, x.Reference)
+	}
+	checkConsistent(t, n)
+}
+
 // pushBitstreams starts a registry and pushes to it a bitstream for each
 // of afus, in order.
 func pushBitstreams(t *testing.T, afus ...string) (*registrytest.Registry, oci.RegistryOptions, []*oci.Pushed) {

@@ -29,9 +29,11 @@ import (
 //	DIR/.lock                 held by the one process using DIR
 //
 // Its size is the sum of the blobs' sizes, kept at most max by evicting the
-// least recently used blobs that no holder holds, before a download starts.
-// Holds live in memory: after a restart the caller holds again what its
-// prepared claims use.
+// least recently used blobs that no holder holds, before a download starts;
+// blobs a region carries (loaded there and not replaced since) go last, so
+// that the next claim for what a region carries can program from the cache
+// again after a reboot. Holds and carries live in memory: after a restart
+// the caller holds again what its prepared claims use.
 type cache struct {
 	dir    string
 	max    int64
@@ -46,6 +48,10 @@ type cache struct {
 	// holders of each layer.
 	holders map[string]map[digest.Digest]bool
 	held    map[digest.Digest]int
+	// carried maps each region to the layer it carries; carriers counts
+	// the regions carrying each layer.
+	carried  map[string]digest.Digest
+	carriers map[digest.Digest]int
 	// manifests maps each cached manifest to its layer.
 	manifests map[digest.Digest]digest.Digest
 	evictions int64
@@ -72,6 +78,8 @@ func openCache(ctx context.Context, dir string, max int64) (*cache, error) {
 		logger:    klog.FromContext(ctx).WithValues("cache", dir),
 		blobs:     map[digest.Digest]*blobEntry{},
 		holders:   map[string]map[digest.Digest]bool{},
+		carried:   map[string]digest.Digest{},
+		carriers:  map[digest.Digest]int{},
 		held:      map[digest.Digest]int{},
 		manifests: map[digest.Digest]digest.Digest{},
 	}
@@ -326,9 +334,9 @@ func (c *cache) commit(d digest.Digest, size int64, tmp string) error {
 	return nil
 }
 
-// evictLocked evicts unheld blobs other than keep, least recently used
-// first, until used+reserved is at most limit. It reports whether that was
-// reached.
+// evictLocked evicts unheld blobs other than keep, those no region carries
+// first, each kind least recently used first, until used+reserved is at
+// most limit. It reports whether that was reached.
 func (c *cache) evictLocked(limit int64, keep digest.Digest) bool {
 	if c.used+c.reserved <= limit {
 		return true
@@ -339,7 +347,15 @@ func (c *cache) evictLocked(limit int64, keep digest.Digest) bool {
 			victims = append(victims, d)
 		}
 	}
-	slices.SortFunc(victims, func(a, b digest.Digest) int { return c.blobs[a].lastUsed.Compare(c.blobs[b].lastUsed) })
+	slices.SortFunc(victims, func(a, b digest.Digest) int {
+		if ca, cb := c.carriers[a] > 0, c.carriers[b] > 0; ca != cb {
+			if ca {
+				return 1
+			}
+			return -1
+		}
+		return c.blobs[a].lastUsed.Compare(c.blobs[b].lastUsed)
+	})
 	for _, d := range victims {
 		if c.used+c.reserved <= limit {
 			break
@@ -400,6 +416,23 @@ func (c *cache) release(holder string) {
 		c.unholdLocked(holder, d)
 	}
 	c.evictLocked(c.max, "")
+}
+
+// carry records that region carries blob d ("": nothing known), in place
+// of what it carried before.
+func (c *cache) carry(region string, d digest.Digest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.carried[region]; ok {
+		if c.carriers[old]--; c.carriers[old] <= 0 {
+			delete(c.carriers, old)
+		}
+		delete(c.carried, region)
+	}
+	if d != "" {
+		c.carried[region] = d
+		c.carriers[d]++
+	}
 }
 
 // close releases the directory's lock.

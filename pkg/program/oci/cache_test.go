@@ -12,20 +12,29 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/registrytest"
 )
 
-func TestCacheEvictsOnlyUnheld(t *testing.T) {
-	r := registrytest.Start(t, registrytest.Config{})
+// threeLayers pushes three bitstreams of one size to a registry and opens
+// a puller whose cache has room for two and a half of them; cached says
+// whether one is in the cache.
+func threeLayers(t *testing.T) (r *registrytest.Registry, p *Puller, refs []*Pushed, cached func(*Pushed) bool) {
+	t.Helper()
+	r = registrytest.Start(t, registrytest.Config{})
 	c := newClient(t, registryOptions(r))
-	ctx := t.Context()
-	var refs []*Pushed
 	for _, afu := range []string{testAFU, testAFU2, "00112233445566778899aabbccddeeff"} {
 		refs = append(refs, push(t, c, r, writeGBS(t, testIf, afu, 4000), "accel/f"+afu[:4]+":v1"))
 	}
 	size := refs[0].Size
-	p := newPuller(t, r, "", func(o *PullerOptions) { o.CacheSize = 2*size + size/2 })
-	cached := func(ref *Pushed) bool {
+	p = newPuller(t, r, "", func(o *PullerOptions) { o.CacheSize = 2*size + size/2 })
+	cached = func(ref *Pushed) bool {
 		_, ok := p.cache.lookup(digest.Digest(ref.LayerDigest))
 		return ok
 	}
+	return r, p, refs, cached
+}
+
+func TestCacheEvictsOnlyUnheld(t *testing.T) {
+	r, p, refs, cached := threeLayers(t)
+	ctx := t.Context()
+	size := refs[0].Size
 
 	if _, err := p.Fetch(ctx, refs[0].Reference, FetchOptions{Holder: "claim-a"}); err != nil {
 		t.Fatal(err)
@@ -76,6 +85,52 @@ func TestCacheEvictsOnlyUnheld(t *testing.T) {
 	}
 	_, err = newPuller(t, r, "", func(o *PullerOptions) { o.CacheSize = size / 2 }).Fetch(ctx, refs[0].Reference, FetchOptions{})
 	wantError(t, err, []error{ErrCacheFull}, "more than the whole cache")
+}
+
+// TestCacheEvictsCarriedLast: a layer a region carries is evicted only
+// when no other unheld layer is left, least recently used or not; once
+// the region carries something else it goes first again. Carrying never
+// makes a pull fail for room.
+func TestCacheEvictsCarriedLast(t *testing.T) {
+	_, p, refs, cached := threeLayers(t)
+	ctx := t.Context()
+	fetch := func(ref *Pushed) {
+		t.Helper()
+		if _, err := p.Fetch(ctx, ref.Reference, FetchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch(refs[0]) // the least recently used, but carried
+	if err := p.Carry("fpga-0000-01-00-0-p0", refs[0].LayerDigest); err != nil {
+		t.Fatal(err)
+	}
+	fetch(refs[1])
+	fetch(refs[2])
+	if !cached(refs[0]) || cached(refs[1]) || !cached(refs[2]) {
+		t.Fatalf("cached = %v %v %v, want the uncarried second layer evicted before the carried first", cached(refs[0]), cached(refs[1]), cached(refs[2]))
+	}
+	// Only carried and newest left: the carried one makes room.
+	if err := p.Carry("fpga-0000-02-00-0-p0", refs[2].LayerDigest); err != nil {
+		t.Fatal(err)
+	}
+	fetch(refs[1])
+	if cached(refs[0]) || !cached(refs[1]) || !cached(refs[2]) {
+		t.Fatalf("cached = %v %v %v, want the least recently used carried layer evicted for room", cached(refs[0]), cached(refs[1]), cached(refs[2]))
+	}
+	// The second region now carries nothing known: its layer goes first.
+	if err := p.Carry("fpga-0000-02-00-0-p0", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Carry("fpga-0000-01-00-0-p0", refs[1].LayerDigest); err != nil {
+		t.Fatal(err)
+	}
+	fetch(refs[0])
+	if !cached(refs[0]) || !cached(refs[1]) || cached(refs[2]) {
+		t.Fatalf("cached = %v %v %v, want the layer no region carries any more evicted", cached(refs[0]), cached(refs[1]), cached(refs[2]))
+	}
+	if err := p.Carry("fpga-0000-01-00-0-p0", "sha256:abc"); err == nil {
+		t.Error("Carry(malformed digest) = nil, want an error")
+	}
 }
 
 func TestCacheDirectoryLocked(t *testing.T) {

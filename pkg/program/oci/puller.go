@@ -162,11 +162,38 @@ func (p *Puller) Close() error { return p.cache.close() }
 // present or not: it is not evicted until Release(holder). Call it after a
 // restart for every prepared claim's layer.
 func (p *Puller) Hold(holder, layerDigest string) error {
-	d, err := digest.Parse(layerDigest)
-	if err != nil || d.Algorithm() != digest.SHA256 {
-		return fmt.Errorf("layer digest %q is not sha256:<64 hex digits>: pass a Fetched.LayerDigest", layerDigest)
+	d, err := parseLayer(layerDigest)
+	if err != nil {
+		return err
 	}
 	p.cache.hold(holder, d)
+	return nil
+}
+
+// parseLayer parses a Fetched.LayerDigest.
+func parseLayer(layerDigest string) (digest.Digest, error) {
+	d, err := digest.Parse(layerDigest)
+	if err != nil || d.Algorithm() != digest.SHA256 {
+		return "", fmt.Errorf("layer digest %q is not sha256:<64 hex digits>: pass a Fetched.LayerDigest", layerDigest)
+	}
+	return d, nil
+}
+
+// Carry records that region (a device name) now carries the cached layer
+// layerDigest (a Fetched.LayerDigest), or, with "", that what it carries
+// came from elsewhere or is not known. Unlike a hold it never keeps a blob
+// from eviction: blobs a region carries are evicted after all others, so
+// that a later claim for what the region carries (which needs no
+// programming then, but does after a reboot) finds its file cached.
+func (p *Puller) Carry(region, layerDigest string) error {
+	var d digest.Digest
+	if layerDigest != "" {
+		var err error
+		if d, err = parseLayer(layerDigest); err != nil {
+			return err
+		}
+	}
+	p.cache.carry(region, d)
 	return nil
 }
 
