@@ -501,13 +501,15 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 }
 
 // writeMetadataFile replaces a device metadata file, or the CDI spec that
-// mounts it, atomically but without flushing it: the helper writes both
-// afresh at every NodePrepareResources, and the kubelet calls that for a
-// claim before it starts a container with it after its own restart or
-// the node's (it does not checkpoint which claims are prepared). A file
-// lost with a crash is rewritten before anyone reads it, so the one flush
-// a prepare waits for stays the checkpoint's; the helper's default would
-// add two file and two directory flushes per request.
+// mounts it, atomically but without flushing it. Only a crash of the
+// node's kernel (or its power) loses an unflushed file, or leaves it
+// empty; the node then restarts, no pod sandbox is ready, and the kubelet
+// calls NodePrepareResources for a pod's claims before it creates the
+// sandbox (it does not checkpoint which claims are prepared), so the
+// helper writes both files afresh before any container can mount them.
+// The one flush a prepare waits for thus stays the checkpoint's; the
+// helper's default would add two file and two directory flushes per
+// request.
 func writeMetadataFile(name string, data []byte, perm os.FileMode) error {
 	return atomicfile.Write(name, data, atomicfile.Options{Perm: perm, NoSync: true})
 }

@@ -159,7 +159,11 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 	default:
 		// A later pass reads another AFU: the region was reset or
 		// programmed outside this driver since, and the file this
-		// process loaded is gone.
+		// process loaded is gone; the OCI cache no longer keeps it for
+		// the region.
+		if s.cfg.Registry != nil {
+			_ = s.cfg.Registry.Carry(device, "") // "" always parses
+		}
 	}
 	f := deviceFacts{
 		Device:         device,

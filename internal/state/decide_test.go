@@ -125,8 +125,11 @@ func TestDecideDeviceHeldNamesHolder(t *testing.T) {
 }
 
 // TestDecideDeviceProduct is the decision policy over the whole cross
-// product: programming mode x what is loaded x digest pin x reboot x
-// programmed before binding x programmable x held. The expected outcome
+// product of programming mode x what is loaded x digest pin (and the file
+// this driver loaded) x reboot (and what the record says was programmed)
+// x programmed before binding x programmable x held: 864 combinations.
+// OCI references, interface mismatches, a missing programmer and no
+// config are TestDecideDevice's named rows. The expected outcome
 // of each combination is the first of policy's rules whose fields all
 // match (a field left empty matches every value); the rules are the
 // policy as decideDevice's documentation states it.
@@ -152,6 +155,11 @@ func TestDecideDeviceProduct(t *testing.T) {
 			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "rebooted-found-loaded"},
 			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot"},
 			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "rebooted-found-loaded"},
+			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "same-boot-programmed-before"},
+			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot-programmed-before"},
+			{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "same-boot"},
+			{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "rebooted-found-loaded"},
+			{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "same-boot-programmed-before"},
 		}, keep},
 		{[]combo{{programmable: "forbidden"}}, outcome{err: ErrNotProgrammable}},
 		{[]combo{{}}, program},
@@ -177,10 +185,10 @@ func TestDecideDeviceProduct(t *testing.T) {
 	n := 0
 	for _, mode := range []string{"Never", "Always", "IfNeeded"} {
 		for _, load := range []string{"none", "same", "other"} {
-			for _, pin := range []string{"unpinned", "pinned-loaded-here", "pinned-loaded-elsewhere"} {
-				for _, boot := range []string{"same-boot", "rebooted-erased", "rebooted-found-loaded"} {
+			for _, pin := range []string{"unpinned", "unpinned-loaded-here", "pinned-loaded-here", "pinned-loaded-elsewhere"} {
+				for _, boot := range []string{"same-boot", "same-boot-programmed-before", "rebooted-erased", "rebooted-found-loaded"} {
 					for _, binding := range []string{"after-binding", "before-binding"} {
-						if binding == "before-binding" && boot != "same-boot" {
+						if binding == "before-binding" && boot != "same-boot" && boot != "same-boot-programmed-before" {
 							continue // a reboot ends what was programmed before binding
 						}
 						for _, programmable := range []string{"programmable", "forbidden"} {
@@ -188,14 +196,14 @@ func TestDecideDeviceProduct(t *testing.T) {
 								c := combo{mode, load, pin, boot, binding, programmable, held}
 								cfg := &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: modes[mode]}
 								f := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceID: ifID, LoadedAFU: loaded[load], Programmable: programmable == "programmable", HaveProgrammer: true}
-								if pin != "unpinned" {
+								if pin == "pinned-loaded-here" || pin == "pinned-loaded-elsewhere" {
 									cfg.SHA256 = shaX
 								}
-								if pin == "pinned-loaded-here" {
+								if pin == "pinned-loaded-here" || pin == "unpinned-loaded-here" {
 									f.LoadedSHA = shaX
 								}
-								f.Rebooted = boot != "same-boot"
-								f.ProgrammedBefore = boot == "rebooted-erased"
+								f.Rebooted = boot == "rebooted-erased" || boot == "rebooted-found-loaded"
+								f.ProgrammedBefore = boot == "rebooted-erased" || boot == "same-boot-programmed-before"
 								f.ProgrammedForBinding = binding == "before-binding"
 								if held == "held" {
 									f.HeldBy = "default/other (uid-2)"
@@ -225,7 +233,7 @@ func TestDecideDeviceProduct(t *testing.T) {
 			}
 		}
 	}
-	if n != 3*3*3*(3+1)*2*2 {
+	if n != 3*3*4*(4+2)*2*2 {
 		t.Fatalf("%d combinations, want the whole product", n)
 	}
 }

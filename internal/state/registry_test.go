@@ -127,35 +127,59 @@ func TestAlreadyLoadedFromRegistryHoldsLayer(t *testing.T) {
 // TestRegionKeepsItsLayerCached: the layer a region was programmed from
 // stays in the OCI cache after its claim ends, while layers no region
 // carries are evicted first: a later claim that needs it programmed again
-// (here on another region, with the registry down) finds it cached.
+// (here on another region, with the registry down) finds it cached. Once
+// a prepare finds the region reset outside the driver, the layer is
+// evicted like any other.
 func TestRegionKeepsItsLayerCached(t *testing.T) {
 	const thirdAFU = "00112233445566778899aabbccddeeff"
-	reg, opts, pushed := pushBitstreams(t, testnode.NewAFU, testnode.SecondAFU, thirdAFU)
-	x, y, z := pushed[0], pushed[1], pushed[2]
-	ctx := context.Background()
-	// Room for two and a half layers.
-	n, puller := registryNode(t, opts, x.Size+y.Size+z.Size/2)
-	ports := n.Devices(t).Ports()
-	cfg := &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, BitstreamRef: x.Reference, Programming: v1alpha1.ProgrammingAlways}
-	prepareUntilDone(t, n.State, holder("a"), request(ports[0].DeviceName(), cfg), n.Devices(t))
-	unprepareUntilDone(t, n.State, holder("a").UID)
+	for _, reset := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reset=%v", reset), func(t *testing.T) {
+			reg, opts, pushed := pushBitstreams(t, testnode.NewAFU, testnode.SecondAFU, thirdAFU)
+			x, y, z := pushed[0], pushed[1], pushed[2]
+			ctx := context.Background()
+			// Room for two and a half layers.
+			n, puller := registryNode(t, opts, x.Size+y.Size+z.Size/2)
+			ports := n.Devices(t).Ports()
+			p0 := ports[0].DeviceName()
+			cfg := &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, BitstreamRef: x.Reference, Programming: v1alpha1.ProgrammingAlways}
+			prepareUntilDone(t, n.State, holder("a"), request(p0, cfg), n.Devices(t))
+			unprepareUntilDone(t, n.State, holder("a").UID)
+			if reset {
+				_, port, err := n.Sim.Port(ports[0].Node.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Sim.SetAFUID(port, simnode.DefaultAFUID); err != nil {
+					t.Fatal(err)
+				}
+				prepareUntilDone(t, n.State, holder("b"), request(p0, ask(simnode.DefaultAFUID, v1alpha1.ProgrammingNever)), n.Devices(t))
+				unprepareUntilDone(t, n.State, holder("b").UID)
+			}
 
-	// Two other pulls, the second of which needs room: the least recently
-	// used layer is the region's, yet the other goes.
-	for _, other := range []*oci.Pushed{y, z} {
-		if _, err := puller.Fetch(ctx, other.Reference, oci.FetchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+			// Two other pulls, the second of which needs room: x is the
+			// least recently used layer.
+			for _, other := range []*oci.Pushed{y, z} {
+				if _, err := puller.Fetch(ctx, other.Reference, oci.FetchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s := puller.Stats(); s.Evictions != 1 {
+				t.Fatalf("puller %+v, want one eviction", s)
+			}
+			reg.Stop()
+			if reset {
+				if _, err := puller.Fetch(ctx, y.Reference, oci.FetchOptions{}); err != nil {
+					t.Fatalf("%s, used after the region's layer, which no region carries any more, was evicted instead: %v", y.Reference, err)
+				}
+				return
+			}
+			out := prepareUntilDone(t, n.State, holder("c"), request(ports[1].DeviceName(), cfg), n.Devices(t))
+			if len(out.Programmed) != 1 || out.Programmed[0].Err != nil || out.Programmed[0].LayerDigest != x.LayerDigest {
+				t.Fatalf("programmed %+v, want %s from the cache", out.Programmed, x.Reference)
+			}
+			checkConsistent(t, n)
+		})
 	}
-	if s := puller.Stats(); s.Evictions != 1 {
-		t.Fatalf("puller %+v, want one eviction", s)
-	}
-	reg.Stop()
-	out := prepareUntilDone(t, n.State, holder("b"), request(ports[1].DeviceName(), cfg), n.Devices(t))
-	if len(out.Programmed) != 1 || out.Programmed[0].Err != nil || out.Programmed[0].LayerDigest != x.LayerDigest {
-		t.Fatalf("programmed %+v, want %s from the cache", out.Programmed, x.Reference)
-	}
-	checkConsistent(t, n)
 }
 
 // pushBitstreams starts a registry and pushes to it a bitstream for each

@@ -20,9 +20,10 @@ type Options struct {
 	// Rename replaces os.Rename; tests use it to make a write fail late.
 	Rename func(oldpath, newpath string) error
 	// NoSync replaces the file atomically without flushing it or the
-	// directory: after a crash the file may hold the old content, the new
-	// one or be missing, never a mix. For files rebuilt from elsewhere
-	// after a restart.
+	// directory: after a crash of the kernel the file may hold the old
+	// content or the new one, be empty or be missing, never a mix (a
+	// crash of the process alone loses nothing). For files rebuilt from
+	// elsewhere after a restart.
 	NoSync bool
 }
 

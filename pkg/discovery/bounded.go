@@ -191,10 +191,13 @@ var fileReads struct {
 
 // fileRead is one ReadBounded read of a file.
 type fileRead struct {
-	done chan struct{} // closed when read returns
-	// since is when the read was abandoned (zero while it is awaited);
-	// guarded by fileReads.mu.
-	since time.Time
+	done    chan struct{} // closed when read returns
+	started time.Time
+	// abandoned: its caller stopped waiting for it; since: when it was
+	// found stuck, having run a whole timeout (zero until then). Guarded
+	// by fileReads.mu.
+	abandoned bool
+	since     time.Time
 }
 
 // ReadBounded runs read, a read of the file at path that may block in the
@@ -206,12 +209,16 @@ type fileRead struct {
 // timeout, or one wrapping context.Cause(ctx) when ctx ended first.
 //
 // One read of a file runs at a time: a ReadBounded of path while another
-// one's read of it is under way waits for that read to return (within the
-// same bounds) before it calls its own. An abandoned read leaves path
-// stuck until it returns; meanwhile every ReadBounded of path fails at
-// once with ErrReadTimedOut and does not call read. So a stuck file holds
-// at most one goroutine however often, and by however many callers at
-// once, it is polled. A ctx that has ended already fails it without
+// one's read of it is under way waits for that read to return (within its
+// own bounds) before it calls its own. A read that has run a whole
+// timeout without returning, once abandoned, leaves path stuck until it
+// returns; meanwhile every ReadBounded of path that starts fails at once
+// with ErrReadTimedOut and does not call read. A read abandoned sooner
+// (its caller's ctx ended, or its caller spent part of its timeout
+// waiting for another read) does not mark path stuck until it has run a
+// whole timeout of the caller that finds it. So a stuck file holds at
+// most one goroutine however often, and by however many callers at once,
+// it is polled, and a slow but sound file is not taken for a stuck one. A ctx that has ended already fails it without
 // calling read. The discovery passes bound their reads the same way (see
 // Scanner.ReadTimeout).
 func ReadBounded[T any](ctx context.Context, path string, timeout time.Duration, read func() (T, error)) (T, error) {
@@ -236,12 +243,15 @@ func ReadBounded[T any](ctx context.Context, path string, timeout time.Duration,
 		other := fileReads.m[path]
 		switch {
 		case other == nil:
-			mine = &fileRead{done: make(chan struct{})}
+			mine = &fileRead{done: make(chan struct{}), started: time.Now()}
 			if fileReads.m == nil {
 				fileReads.m = map[string]*fileRead{}
 			}
 			fileReads.m[path] = mine
-		case !other.since.IsZero():
+		case !other.since.IsZero() || other.abandoned && time.Since(other.started) >= timeout:
+			if other.since.IsZero() {
+				other.since = time.Now()
+			}
 			since := other.since
 			fileReads.mu.Unlock()
 			return zero, fmt.Errorf("read of %s %w: an earlier read has been stuck since %s: the file is not read again until that read returns",
@@ -289,6 +299,9 @@ func ReadBounded[T any](ctx context.Context, path string, timeout time.Duration,
 		return o.v, o.err
 	default:
 	}
-	mine.since = time.Now()
+	mine.abandoned = true
+	if time.Since(mine.started) >= timeout {
+		mine.since = time.Now()
+	}
 	return abandon()
 }

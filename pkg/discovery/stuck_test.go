@@ -3,6 +3,7 @@ package discovery_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -316,5 +317,67 @@ func TestReadBoundedConcurrentCallersShareOneRead(t *testing.T) {
 	}
 	if v := <-second; v != "second" {
 		t.Fatalf("second read: %q, want its own result", v)
+	}
+}
+
+// TestReadBoundedAbandonedEarlyIsNotStuck: a read whose caller's ctx
+// ended before a whole timeout passed does not mark the file stuck: the
+// next caller waits for that read, then reads on its own. Once such a read
+// has run a whole timeout of the caller that finds it, the file counts as
+// stuck.
+func TestReadBoundedAbandonedEarlyIsNotStuck(t *testing.T) {
+	dir := t.TempDir()
+	release := make(chan struct{})
+	// abandonEarly starts a read of path that blocks until release and
+	// makes its caller give up (ctx cancelled) once the read runs.
+	abandonEarly := func(path string) {
+		entered := make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		first := make(chan error, 1)
+		go func() {
+			_, err := discovery.ReadBounded(ctx, path, time.Hour, func() (string, error) {
+				close(entered)
+				<-release
+				return "first", nil
+			})
+			first <- err
+		}()
+		<-entered
+		cancel()
+		if err := <-first; !errors.Is(err, context.Canceled) {
+			t.Fatalf("caller whose context ended: %v, want context.Canceled", err)
+		}
+	}
+	slow, outrun := filepath.Join(dir, "afu_id"), filepath.Join(dir, "xclbinuuid")
+	abandonEarly(slow)
+	abandonEarly(outrun)
+	started := time.Now()
+
+	second := make(chan error, 1)
+	go func() {
+		v, err := discovery.ReadBounded(context.Background(), slow, time.Hour, func() (string, error) {
+			select {
+			case <-release:
+				return "second", nil
+			default:
+				return "", errors.New("read while the abandoned read was under way")
+			}
+		})
+		if err == nil && v != "second" {
+			err = fmt.Errorf("read %q, want its own result", v)
+		}
+		second <- err
+	}()
+	// A caller whose timeout the abandoned read has outrun finds the file
+	// stuck.
+	for time.Since(started) < 2*time.Millisecond {
+		runtime.Gosched()
+	}
+	if _, err := discovery.ReadBounded(context.Background(), outrun, time.Millisecond, func() (string, error) { return "", errors.New("read of a stuck file") }); !errors.Is(err, discovery.ErrReadTimedOut) || !strings.Contains(err.Error(), "stuck since") {
+		t.Fatalf("caller with a timeout the abandoned read outran: %v, want it stuck", err)
+	}
+	close(release)
+	if err := <-second; err != nil {
+		t.Fatalf("caller after a read abandoned early: %v, want its own read once that one returned", err)
 	}
 }
