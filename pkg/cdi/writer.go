@@ -28,6 +28,9 @@ type Writer struct {
 	dir    string
 	// rename is os.Rename; tests replace it to make a write fail late.
 	rename func(oldpath, newpath string) error
+	// syncDir is atomicfile.SyncDir; tests replace it to see what a
+	// crash of the kernel would keep.
+	syncDir func(dir string) error
 }
 
 // NewWriter returns a Writer for CDI devices "<vendor>/<class>=<name>"
@@ -47,7 +50,7 @@ func NewWriter(vendor, class, dir string) (*Writer, error) {
 	if err := os.MkdirAll(dir, specDirMode); err != nil {
 		return nil, fmt.Errorf("create CDI spec directory: %w", err)
 	}
-	return &Writer{vendor: vendor, class: class, dir: dir, rename: os.Rename}, nil
+	return &Writer{vendor: vendor, class: class, dir: dir, rename: os.Rename, syncDir: atomicfile.SyncDir}, nil
 }
 
 // WriteClaimSpec writes the spec of a claim, replacing any earlier one, and
@@ -93,8 +96,9 @@ func (w *Writer) WriteClaimSpec(claimUID string, devices []Device) ([]string, er
 	return ids, nil
 }
 
-// RemoveClaimSpec removes the spec of a claim and any temporary file an
-// interrupted write of it left behind. A missing spec is not an error.
+// RemoveClaimSpec removes the spec of a claim, durably, and any temporary
+// file an interrupted write of it left behind. A missing spec is not an
+// error.
 func (w *Writer) RemoveClaimSpec(claimUID string) error {
 	if err := validateClaimUID(claimUID); err != nil {
 		return err
@@ -102,6 +106,14 @@ func (w *Writer) RemoveClaimSpec(claimUID string) error {
 	path := w.specPath(claimUID)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("claim %s: remove CDI spec: %w", claimUID, err)
+	}
+	// Flush the removal (also when an earlier call removed the spec but
+	// failed to flush) before the caller records the release: a spec back
+	// from a crash of the kernel would otherwise be taken, after a torn
+	// checkpoint save, for a claim still prepared. A directory that is
+	// gone holds no spec.
+	if err := w.syncDir(w.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("claim %s: CDI spec removed but not durably: %w", claimUID, err)
 	}
 	if err := atomicfile.RemoveStale(path); err != nil {
 		return fmt.Errorf("claim %s: %w", claimUID, err)
