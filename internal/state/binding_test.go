@@ -168,14 +168,52 @@ func TestWaitIdle(t *testing.T) {
 	if err := n.State.WaitIdle(ended); err == nil || !strings.Contains(err.Error(), dev) {
 		t.Fatalf("WaitIdle while %s is programmed and its context ended: %v, want an error naming the device", dev, err)
 	}
+	openGateWaitIdle(t, n, gate, dev)
+}
+
+// openGateWaitIdle opens the gate that holds dev's programming of
+// testnode.NewAFU while WaitIdle waits, and checks that WaitIdle returns
+// only once that programming ended.
+func openGateWaitIdle(t *testing.T, n *testnode.Node, gate chan struct{}, dev string) {
+	t.Helper()
 	idle := make(chan error, 1)
-	go func() { idle <- n.State.WaitIdle(ctx) }()
+	go func() { idle <- n.State.WaitIdle(context.Background()) }()
 	close(gate)
 	if err := <-idle; err != nil {
 		t.Fatal(err)
 	}
 	if got := afuID(t, n, dev); got != testnode.NewAFU {
-		t.Fatalf("WaitIdle returned while the region carried %s, before the programming of %s ended", got, testnode.NewAFU)
+		t.Fatalf("WaitIdle returned while the region carried %s, not %s: the programming in flight was cut short or not waited for", got, testnode.NewAFU)
+	}
+}
+
+// TestStopWaitsForProgramming: the State's context ending (SIGTERM: the
+// old pod of a rolling update) does not cut short programming in flight
+// on a backend that honours its context; WaitIdle waits for it and the
+// region carries the new AFU. A job that would start after the end does
+// not program, and says why.
+func TestStopWaitsForProgramming(t *testing.T) {
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}, Programmer: sim, PrepareWait: time.Millisecond})
+	devs := n.Devices(t)
+	dev, other := devs.Ports()[0].DeviceName(), devs.Ports()[1].DeviceName()
+	ctx := context.Background()
+	cfg := ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)
+	if _, err := n.State.Prepare(ctx, holder("a"), request(dev, cfg), devs); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare with programming held at the gate: %v, want in progress", err)
+	}
+	<-started
+	n.Stop()
+	openGateWaitIdle(t, n, gate, dev)
+	calls := sim.TotalCalls()
+	_, err := n.State.Prepare(ctx, holder("b"), request(other, cfg), devs)
+	for errors.Is(err, state.ErrInProgress) {
+		_, err = n.State.Prepare(ctx, holder("b"), request(other, cfg), devs)
+	}
+	if err == nil || !strings.Contains(err.Error(), "stopping") || sim.TotalCalls() != calls {
+		t.Fatalf("prepare after the stop: %v after %d more programming calls, want an error saying the driver is stopping and none", err, sim.TotalCalls()-calls)
 	}
 }
 

@@ -89,7 +89,8 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, nil // loaded and recorded
 	}
 	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
-	j = s.newJob(s.ctx, h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p})
+	// Like decidePrepare's jobs, it outlives s.ctx.
+	j = s.newJob(context.WithoutCancel(s.ctx), h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p})
 	// The hook hears of success only once the record says what the
 	// region holds, on the disk.
 	j.then = func(j *job) {

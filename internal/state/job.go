@@ -19,6 +19,11 @@ import (
 // the region was touched.
 var errReleased = errors.New("the claim was unprepared before programming started; the region was not programmed")
 
+// errStopping fails a job that would start after the State's context
+// ended: the daemon is stopping, and the kubelet's retry reaches the next
+// one.
+var errStopping = errors.New("the driver is stopping; the region was not programmed, and the next driver process programs it when the kubelet retries")
+
 // job is one programming of one region for one holder.
 type job struct {
 	holder  types.UID
@@ -93,6 +98,9 @@ func (s *State) runJob(j *job) {
 	switch {
 	case !ok:
 		j.result = Programming{Device: j.device, AFUID: j.afu, Err: fmt.Errorf("device %s: %w", j.device, errReleased)}
+		return
+	case j.program && s.ctx.Err() != nil:
+		j.result = Programming{Device: j.device, AFUID: j.afu, Err: fmt.Errorf("device %s: %w", j.device, errStopping)}
 		return
 	case j.program:
 		s.step(StepProgramming, j.holder)

@@ -178,7 +178,11 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		}
 		plans = append(plans, pl)
 	}
-	jobCtx, cancel := context.WithCancelCause(s.ctx)
+	// A stopping daemon does not cut programming in flight short (a
+	// region left half programmed for the next process): jobs outlive
+	// s.ctx, WaitIdle waits for them, and runJob starts none once s.ctx
+	// has ended.
+	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(s.ctx))
 	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding, call: o.call}
 	s.ops[h.UID] = op
 	for _, p := range plans {

@@ -80,8 +80,10 @@ type Node struct {
 	StateWarning error
 	// Restored is what Restore reported (unless NoRestore).
 	Restored state.RestoreReport
-	// Ctx ends when the test does.
-	Ctx context.Context
+	// Ctx, the State's, ends when the test does, or at Stop (as a
+	// SIGTERM ends the daemon's).
+	Ctx  context.Context
+	Stop context.CancelFunc
 }
 
 // New builds a node for t and a State on it, restored from its
@@ -91,7 +93,7 @@ func New(t testing.TB, o Options) *Node {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	n := &Node{Ctx: ctx, Programmer: o.Programmer}
+	n := &Node{Ctx: ctx, Stop: cancel, Programmer: o.Programmer}
 	if n.Programmer == nil {
 		n.Programmer = &program.SimProgrammer{}
 	}
