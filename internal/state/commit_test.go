@@ -188,11 +188,22 @@ func twoCallsShareFlush(t *testing.T, n *testnode.Node, devs *discovery.Result, 
 	t.Helper()
 	before := n.State.CheckpointSyncs()
 	var dones []<-chan error
+	var ctxs []context.Context
 	var ends []func()
-	for i, name := range []string{"a", "b"} {
+	// Both calls arrive before either prepares (a prepare started before
+	// the other call is announced may flush alone). The caller that takes
+	// the flush first may have found the other in sync already: it then
+	// waits its whole bound for more calls of the burst, so the bound is
+	// finite here, and long enough for the other prepare to reach the
+	// checkpoint on a loaded machine.
+	state.SetGatherBound(n.State, 2*time.Second)
+	defer state.SetGatherBound(n.State, gatherBound)
+	for range 2 {
 		ctx, end := n.State.Expect(context.Background(), 1)
-		ends = append(ends, end)
-		dones = append(dones, prepareAsync(ctx, n, holder(name), request(devs.Ports()[i].DeviceName(), nil), devs))
+		ctxs, ends = append(ctxs, ctx), append(ends, end)
+	}
+	for i, name := range []string{"a", "b"} {
+		dones = append(dones, prepareAsync(ctxs[i], n, holder(name), request(devs.Ports()[i].DeviceName(), nil), devs))
 	}
 	for _, done := range dones {
 		if err := await(t, done, "the two calls' prepares"); err != nil {
