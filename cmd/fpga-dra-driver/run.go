@@ -334,10 +334,21 @@ func run(ctx context.Context, f runFlags) error {
 	idle, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), f.shutdownWait, fmt.Errorf("--shutdown-wait %s passed", f.shutdownWait))
 	defer cancel()
 	if err := st.state.WaitIdle(idle); err != nil {
-		logger.Error(err, "Stopping while a region is being programmed; the next instance finds it interrupted")
+		logger.Error(err, "Stopping programming in flight; the next instance programs its region again")
+		st.state.CancelJobs(err)
+		stopped, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), jobStopWait, fmt.Errorf("programming did not stop within %s of its cancellation", jobStopWait))
+		defer cancel()
+		if err := st.state.WaitIdle(stopped); err != nil {
+			logger.Error(err, "Stopping while a region is being programmed; the next instance finds it interrupted")
+		}
 	}
 	return nil
 }
+
+// jobStopWait bounds how long a stopping daemon waits for programming it
+// cancelled (after --shutdown-wait) to end, before it releases the node's
+// state lock.
+const jobStopWait = 5 * time.Second
 
 // stateLockFile, in the plugin directory, is held by the one process that
 // owns the node's state (checkpoint, CDI specs, programming, slices).

@@ -217,6 +217,37 @@ func TestStopWaitsForProgramming(t *testing.T) {
 	}
 }
 
+// TestCancelJobsStopsProgramming: once the stop's wait gave up,
+// CancelJobs makes a backend that honours its context stop part way, so
+// that WaitIdle returns before the process lets the next one in; the
+// claim's record stays started, for the next process to program again.
+func TestCancelJobsStopsProgramming(t *testing.T) {
+	gate := make(chan struct{})
+	defer close(gate)
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim, PrepareWait: time.Millisecond})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	if _, err := n.State.Prepare(context.Background(), holder("a"), request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare with programming held at the gate: %v, want in progress", err)
+	}
+	<-started
+	n.Stop()
+	n.State.CancelJobs(errors.New("--shutdown-wait passed"))
+	stopped, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.State.WaitIdle(stopped); err != nil {
+		t.Fatalf("WaitIdle after CancelJobs: %v", err)
+	}
+	if got := afuID(t, n, dev); got == testnode.NewAFU {
+		t.Fatalf("the region carries %s: the cancelled programming went on", got)
+	}
+	if rec, ok := n.State.Claim(holder("a").UID); !ok || rec.Phase != state.PhaseStarted {
+		t.Fatalf("record after the cancelled programming: %+v, want started", rec)
+	}
+}
+
 // TestKubeletPrepareDuringProgrammingBeforeBinding: the kubelet's prepare
 // of a claim whose programming before binding is still running does not
 // take that programming's answer (no devices) for its own: it gets the

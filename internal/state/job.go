@@ -235,3 +235,17 @@ func (s *State) WaitIdle(ctx context.Context) error {
 		}
 	}
 }
+
+// CancelJobs cancels every programming job in flight with cause: a backend
+// that can stop part way does (XRT ends its xrt-smi), leaving its region
+// in an unknown state that the holder's record (PhaseStarted) makes the
+// next process program again. The stopping daemon calls it once WaitIdle
+// gave up, so that no programming outlives the process that holds the
+// node's state lock.
+func (s *State) CancelJobs(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		j.cancel(cause)
+	}
+}
