@@ -149,9 +149,10 @@ func (r *StaleReleaser) candidates() []types.UID {
 	if r.Only == nil {
 		return holders
 	}
+	resources := legacyResources(r.State)
 	return slices.DeleteFunc(holders, func(uid types.UID) bool {
-		rec, ok := r.State.Claim(uid)
-		return !ok || !r.Only(rec.Name)
+		resource, ok := resources[uid]
+		return !ok || !r.Only(resource)
 	})
 }
 

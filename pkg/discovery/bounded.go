@@ -218,8 +218,9 @@ type fileRead struct {
 // waiting for another read) does not mark path stuck until it has run a
 // whole timeout of the caller that finds it. So a stuck file holds at
 // most one goroutine however often, and by however many callers at once,
-// it is polled, and a slow but sound file is not taken for a stuck one. A ctx that has ended already fails it without
-// calling read. The discovery passes bound their reads the same way (see
+// it is polled, and a slow but sound file is not taken for a stuck one.
+// A ctx that has ended already fails it without calling read. The
+// discovery passes bound their reads the same way (see
 // Scanner.ReadTimeout).
 func ReadBounded[T any](ctx context.Context, path string, timeout time.Duration, read func() (T, error)) (T, error) {
 	var zero T

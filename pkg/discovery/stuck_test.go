@@ -295,29 +295,37 @@ func TestReadBoundedConcurrentCallersShareOneRead(t *testing.T) {
 		first <- err
 	}()
 	<-entered
-	second := make(chan string, 1)
-	go func() {
-		v, err := discovery.ReadBounded(context.Background(), slow, time.Hour, func() (string, error) {
-			select {
-			case <-finish:
-				return "second", nil
-			default:
-				return "", errors.New("read while the first read of the file was under way")
-			}
-		})
-		if err != nil {
-			v = err.Error()
-		}
-		second <- v
-	}()
+	second := readAfter(slow, finish)
 	runtime.Gosched()
 	close(finish)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if v := <-second; v != "second" {
-		t.Fatalf("second read: %q, want its own result", v)
+	if err := <-second; err != nil {
+		t.Fatalf("second read: %v, want its own result", err)
 	}
+}
+
+// readAfter starts a ReadBounded of path whose own read fails unless
+// ended is closed (the read of path before it has returned), and returns
+// its outcome: nil when it read on its own.
+func readAfter(path string, ended <-chan struct{}) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		v, err := discovery.ReadBounded(context.Background(), path, time.Hour, func() (string, error) {
+			select {
+			case <-ended:
+				return "own", nil
+			default:
+				return "", errors.New("read while the earlier read of the file was under way")
+			}
+		})
+		if err == nil && v != "own" {
+			err = fmt.Errorf("read %q, want its own result", v)
+		}
+		out <- err
+	}()
+	return out
 }
 
 // TestReadBoundedAbandonedEarlyIsNotStuck: a read whose caller's ctx
@@ -353,21 +361,7 @@ func TestReadBoundedAbandonedEarlyIsNotStuck(t *testing.T) {
 	abandonEarly(outrun)
 	started := time.Now()
 
-	second := make(chan error, 1)
-	go func() {
-		v, err := discovery.ReadBounded(context.Background(), slow, time.Hour, func() (string, error) {
-			select {
-			case <-release:
-				return "second", nil
-			default:
-				return "", errors.New("read while the abandoned read was under way")
-			}
-		})
-		if err == nil && v != "second" {
-			err = fmt.Errorf("read %q, want its own result", v)
-		}
-		second <- err
-	}()
+	second := readAfter(slow, release)
 	// A caller whose timeout the abandoned read has outrun finds the file
 	// stuck.
 	for time.Since(started) < 2*time.Millisecond {
