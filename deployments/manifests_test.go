@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -289,8 +290,15 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 	if e, _ := env(daemon, "BINDING_CONDITIONS"); e.Value != "true" {
 		t.Errorf("daemon $BINDING_CONDITIONS = %q, want true with the controller deployed", e.Value)
 	}
-	if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 100 {
-		t.Errorf("DaemonSet terminationGracePeriodSeconds %v, want above the daemon's shutdown wait (100s)", g)
+	// A stopping daemon exits at the latest 10 s after its shutdown wait
+	// (cmd/fpga-dra-driver stopLimit).
+	wait, _ := env(daemon, "SHUTDOWN_WAIT")
+	d, err := time.ParseDuration(wait.Value)
+	if err != nil {
+		t.Fatalf("daemon $SHUTDOWN_WAIT: %v", err)
+	}
+	if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= d+10*time.Second {
+		t.Errorf("DaemonSet terminationGracePeriodSeconds %v, want above the daemon's shutdown wait (%s) plus 10 s", g, d)
 	}
 }
 

@@ -81,6 +81,9 @@ func newRunCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
+			returned := make(chan struct{})
+			defer close(returned)
+			go stopDeadline(ctx, cmd.Context(), stopLimit(f.shutdownWait), returned, os.Exit)
 			err := run(ctx, f)
 			if err != nil && ctx.Err() != nil {
 				// Stopped while starting (e.g. waiting for an
@@ -133,7 +136,7 @@ func newRunCommand() *cobra.Command {
 	fs.StringVar(&f.podNamespace, "pod-namespace", "", "this pod's namespace (downward API metadata.namespace), with --pod-name")
 	fs.StringVar(&f.podUID, "pod-uid", "", "this pod's UID (downward API metadata.uid): the next version's pod then serves the kubelet beside this one during a rolling update, taking over the node's state when this one stops")
 	fs.BoolVar(&f.deviceMetadata, "device-metadata", true, "give each container a file with its devices' attributes (KEP-5304) under /var/run/kubernetes.io/dra-device-attributes")
-	fs.DurationVar(&f.shutdownWait, "shutdown-wait", 5*time.Minute, "how long stopping waits for programming in flight (it cannot be stopped part way); keep the pod's terminationGracePeriodSeconds above it")
+	fs.DurationVar(&f.shutdownWait, "shutdown-wait", 5*time.Minute, "how long stopping waits for programming in flight (it cannot be stopped part way); then programming is cancelled and waited for 5 s more, and the process exits at the latest 10 s after this wait: keep the pod's terminationGracePeriodSeconds above this wait plus 10 s")
 	flagenv.Twins(fs, map[string]string{
 		"shutdown-wait":                  "SHUTDOWN_WAIT",
 		"binding-conditions":             "BINDING_CONDITIONS",
@@ -329,10 +332,12 @@ func run(ctx context.Context, f runFlags) error {
 		return err
 	}
 	logger.Info("Shutting down", "cause", context.Cause(ctx))
-	stop()
-	<-ctlDone
+	// --shutdown-wait counts from here. The control socket drains
+	// meanwhile: its requests wait for the same programming.
 	idle, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), f.shutdownWait, fmt.Errorf("--shutdown-wait %s passed", f.shutdownWait))
 	defer cancel()
+	stop()
+	defer func() { <-ctlDone }()
 	if err := st.state.WaitIdle(idle); err != nil {
 		logger.Error(err, "Stopping programming in flight; the next instance programs its region again")
 		st.state.CancelJobs(err)
@@ -349,6 +354,42 @@ func run(ctx context.Context, f runFlags) error {
 // cancelled (after --shutdown-wait) to end, before it releases the node's
 // state lock.
 const jobStopWait = 5 * time.Second
+
+// stopMargin is the time a stop may take beyond --shutdown-wait and
+// jobStopWait (the control socket's drain, the last checkpoint flush)
+// before stopDeadline ends the process.
+const stopMargin = 5 * time.Second
+
+// stopLimit is how long after a stop signal the process ends at the
+// latest: the pod's terminationGracePeriodSeconds must exceed it.
+func stopLimit(shutdownWait time.Duration) time.Duration {
+	return shutdownWait + jobStopWait + stopMargin
+}
+
+// stopDeadline ends the process through exit(1) when run has not
+// returned (returned) within limit of a stop signal: ctx ended while its
+// parent did not. Whatever hangs (a read of a wedged device outside the
+// bounded ones, a stuck disk), the daemon then exits within its pod's
+// grace period and says so, instead of being killed without a word.
+func stopDeadline(ctx, parent context.Context, limit time.Duration, returned <-chan struct{}, exit func(int)) {
+	select {
+	case <-returned:
+		return
+	case <-ctx.Done():
+	}
+	if parent.Err() != nil {
+		return // stopped by the caller, not by a signal
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-returned:
+	case <-timer.C:
+		klog.FromContext(ctx).Error(nil, "Stopping took too long; exiting now", "limit", limit, "cause", context.Cause(ctx))
+		klog.Flush()
+		exit(1)
+	}
+}
 
 // stateLockFile, in the plugin directory, is held by the one process that
 // owns the node's state (checkpoint, CDI specs, programming, slices).

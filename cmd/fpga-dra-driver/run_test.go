@@ -131,6 +131,36 @@ current-context: c
 	}
 }
 
+// TestStopWhileBootIDIsStuck: a daemon whose read of the boot ID below
+// --root hangs (a FIFO no one writes) stops cleanly when told to.
+func TestStopWhileBootIDIsStuck(t *testing.T) {
+	sim, err := simnode.Write(t.TempDir(), simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootID := filepath.Join(sim.Root, "proc/sys/kernel/random/boot_id")
+	replaceWithFIFO(t, bootID)
+	kubeconfig, base := daemonDirs(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := newRootCommand()
+	cmd.SetContext(ctx)
+	cmd.SetArgs(simDaemonArgs(kubeconfig, sim.Root, base, "--uevent-source", "none", "--pod-resources-socket", filepath.Join(base, "pr.sock")))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	w := openFIFOWriter(t, bootID, done, "start-up to read the boot ID")
+	defer w.Close()
+	cancel() // what SIGTERM does through signal.NotifyContext
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run stopped while reading the boot ID with %v, want a clean exit", err)
+		}
+	case <-time.After(stopFailSafe):
+		t.Fatalf("run did not return within %s of the stop while start-up read the boot ID", stopFailSafe)
+	}
+}
+
 // simDaemonArgs are the arguments of a DRA daemon on the simulated node
 // at root, with its directories under base and the simulated programmer,
 // followed by extra.
@@ -163,52 +193,16 @@ func TestStopWhileRefreshIsStuck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Start-up completes once the ResourceSlice informer synced:
-			// it needs an API server that answers.
-			kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-			if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %q}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-users: [{name: u, user: {}}]
-current-context: c
-`, emptyAPIServer(t)), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			base, err := os.MkdirTemp("", "stop")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(base) })
-			// The control socket appears once start-up restored the
-			// node's state from its first scans: refreshes follow.
-			ctlDir := filepath.Join(base, "ctl")
-			if err := os.Mkdir(ctlDir, 0o750); err != nil {
-				t.Fatal(err)
-			}
-			ready := watchForName(t, ctlDir, "control.sock")
+			kubeconfig, base := daemonDirs(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			cmd := newRootCommand()
-			cmd.SetContext(ctx)
-			cmd.SetArgs(simDaemonArgs(kubeconfig, sim.Root, base,
+			ctlDir := filepath.Join(base, "ctl")
+			done := runDaemon(ctx, t, ctlDir, simDaemonArgs(kubeconfig, sim.Root, base,
 				"--pod-resources-socket", filepath.Join(base, "pr.sock"), "--control-socket", filepath.Join(ctlDir, "control.sock"),
 				// With a uevent source each tick is the cheap refresh
 				// (Scanner.RefreshContext), as with netlink in a cluster.
 				"--uevent-source", "unix:"+filepath.Join(base, "uevents"),
 				"--refresh-interval", "10ms", "--sysfs-read-timeout", tc.readTimeout))
-			done := make(chan error, 1)
-			go func() { done <- cmd.Execute() }()
-			select {
-			case err := <-ready:
-				if err != nil {
-					t.Fatalf("watch for the control socket: %v", err)
-				}
-			case err := <-done:
-				t.Fatalf("run returned before its control socket was ready: %v", err)
-			case <-time.After(stopFailSafe):
-				t.Fatalf("no control socket within %s: start-up did not complete", stopFailSafe)
-			}
 
 			// The writer's open returns once a refresh opened the FIFO
 			// for reading: the refresh is then stuck in its read.
@@ -226,13 +220,19 @@ current-context: c
 					t.Fatal(err)
 				}
 				replaceWithFIFO(t, afu1)
-				for i := range 2 {
+				for i := 0; i < 2; {
 					w1 := openFIFOWriter(t, afu1, done, fmt.Sprintf("read %d of card 1's afu_id while card 0's read is stuck", i+1))
 					_, err := w1.Write(id)
 					w1.Close()
-					if err != nil {
+					switch {
+					case errors.Is(err, unix.EPIPE):
+						// The open met the read answered before, which
+						// had its content and was closing: not a new read.
+						continue
+					case err != nil:
 						t.Fatalf("answer the read of card 1's afu_id: %v", err)
 					}
+					i++
 				}
 			}
 
@@ -247,6 +247,59 @@ current-context: c
 			}
 		})
 	}
+}
+
+// daemonDirs returns a kubeconfig for an API server without ResourceSlices
+// or ResourceClaims (emptyAPIServer; start-up completes once the
+// ResourceSlice informer synced: it needs an API server that answers), and
+// a base directory for a daemon's directories, short enough for its
+// sockets' paths, removed when the test ends.
+func daemonDirs(t *testing.T) (kubeconfig, base string) {
+	t.Helper()
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`, emptyAPIServer(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.MkdirTemp("", "stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	return kubeconfig, base
+}
+
+// runDaemon runs the daemon with args until ctx ends, with its control
+// socket in ctlDir (which it creates). It returns once the socket is
+// ready, which is once start-up restored the node's state from its first
+// scans, and the channel run's result arrives on.
+func runDaemon(ctx context.Context, t *testing.T, ctlDir string, args []string) <-chan error {
+	t.Helper()
+	if err := os.Mkdir(ctlDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	ready := watchForName(t, ctlDir, "control.sock")
+	cmd := newRootCommand()
+	cmd.SetContext(ctx)
+	cmd.SetArgs(args)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("watch for the control socket: %v", err)
+		}
+	case err := <-done:
+		t.Fatalf("run returned before its control socket was ready: %v", err)
+	case <-time.After(stopFailSafe):
+		t.Fatalf("no control socket within %s: start-up did not complete", stopFailSafe)
+	}
+	return done
 }
 
 // replaceWithFIFO puts a FIFO in place of the file at path in one rename,

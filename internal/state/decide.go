@@ -3,7 +3,6 @@ package state
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -144,10 +143,11 @@ type plan struct {
 	before *DeviceRecord
 }
 
-// facts gathers the decision's input for one device of holder h, read by
-// a discovery pass that began at seen. Caller holds mu.
-func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, seen time.Time, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
+// facts gathers the decision's input for one device of holder h, on a
+// card as discovery read it (Card.ReadAt). Caller holds mu.
+func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
 	loadedAFU, loadedSHA, loadedRef, loadedLayer := port.AFUID, "", "", ""
+	seen := card.ReadAt()
 	switch l, ok := s.loaded[device]; {
 	case !ok:
 	case seen.IsZero() || seen.Before(l.at):

@@ -81,7 +81,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", device)
 	}
 	cfg := &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: interfaceID, Programming: v1alpha1.ProgrammingIfNeeded}
-	p, err := decideDevice(cfg, s.facts(uid, device, card, port, devs.Started, nil, func(types.UID) bool { return false }))
+	p, err := decideDevice(cfg, s.facts(uid, device, card, port, nil, func(types.UID) bool { return false }))
 	switch {
 	case err != nil:
 		return nil, false, err

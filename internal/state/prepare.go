@@ -165,7 +165,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		if !ok {
 			return nil, nil, nil, nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
 		}
-		f := s.facts(h.UID, r.Device, card, port, devs.Started, rec, may)
+		f := s.facts(h.UID, r.Device, card, port, rec, may)
 		p, err := decideDevice(r.Config, f)
 		if err != nil {
 			return nil, nil, nil, nil, err

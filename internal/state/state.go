@@ -34,6 +34,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
@@ -255,7 +256,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 	if cfg.CDI == nil {
 		return nil, nil, errors.New("state: a CDI writer is required")
 	}
-	bootID, err := readBootID(cfg.BootIDPath)
+	bootID, err := readBootID(ctx, cfg.BootIDPath)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -292,11 +293,13 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 	return s, warning, nil
 }
 
-func readBootID(path string) (string, error) {
+// readBootID reads the boot ID at path ("" without), within
+// discovery.DefaultReadTimeout and ctx.
+func readBootID(ctx context.Context, path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := discovery.ReadBounded(ctx, path, discovery.DefaultReadTimeout, func() ([]byte, error) { return os.ReadFile(path) })
 	if err != nil {
 		return "", fmt.Errorf("read boot ID %s: %w", path, err)
 	}

@@ -155,7 +155,15 @@ type Card struct {
 	mgmtPath string
 	// stale marks a stalled copy: the card as an earlier pass read it.
 	stale bool
+	// readAt is when the pass that read what the card shows began.
+	readAt time.Time
 }
+
+// ReadAt is when the discovery pass that read what the card shows began:
+// a change made before it shows in the card, one made after it may not.
+// A card kept from an earlier pass while a read of it is stuck keeps that
+// pass's time. Zero when unknown.
+func (c *Card) ReadAt() time.Time { return c.readAt }
 
 // ManagementNodes returns every node of the card a container must never
 // get: the FME and the other management nodes.
@@ -286,9 +294,8 @@ type Result struct {
 	// Errors holds one error per card (or port) that could not be used, for
 	// example a card without an interface ID. Those cards are not in Cards.
 	Errors []error
-	// Started is when the pass began reading: what it says of every card
-	// was read no earlier (zero when unknown). A change made before it
-	// shows in the result; one made after it may not.
+	// Started is when the pass began. A card it kept from an earlier pass
+	// (see Card.ReadAt) is only as recent as that pass.
 	Started time.Time
 }
 

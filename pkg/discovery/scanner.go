@@ -41,10 +41,11 @@ type Scanner struct {
 	known map[KernelDriver]*known
 	// stuck holds the cards (by PCI directory) whose reads outlasted
 	// ReadTimeout and have not returned yet; last the latest card of each
-	// PCI directory a pass produced, and lastStarted when that pass began.
-	stuck       map[string]stuckRead
-	last        map[string]*Card
-	lastStarted time.Time
+	// PCI directory a pass produced.
+	stuck map[string]stuckRead
+	last  map[string]*Card
+	// returned is signalled when a stuck read returned (see Returned).
+	returned chan struct{}
 }
 
 func (s *Scanner) readTimeout() time.Duration {
@@ -61,12 +62,35 @@ func (s *Scanner) stuckCards() map[string]stuckRead {
 	return maps.Clone(s.stuck)
 }
 
+// Returned receives after a read that a pass gave up on as stuck
+// returned: the card can be read again, and a Scan finds it (a card stuck
+// since the first pass that saw it is not in any result before; one that
+// was is kept as that pass read it).
+func (s *Scanner) Returned() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.returned == nil {
+		s.returned = make(chan struct{}, 1)
+	}
+	return s.returned
+}
+
 // setStuck records (or, with a zero r, clears) a stuck card.
 func (s *Scanner) setStuck(pciPath string, r stuckRead, stuck bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !stuck {
+		if _, ok := s.stuck[pciPath]; !ok {
+			return
+		}
 		delete(s.stuck, pciPath)
+		if s.returned == nil {
+			s.returned = make(chan struct{}, 1)
+		}
+		select {
+		case s.returned <- struct{}{}:
+		default:
+		}
 		return
 	}
 	if s.stuck == nil {
@@ -82,20 +106,8 @@ func (s *Scanner) remember(res *Result) {
 		last[c.PCIPath] = c
 	}
 	s.mu.Lock()
-	s.last, s.lastStarted = last, res.Started
+	s.last = last
 	s.mu.Unlock()
-}
-
-// settle makes Started the start of the earlier pass, earlier, whose
-// reading a stalled card of r keeps, when r holds one: r is only as
-// recent as that.
-func (r *Result) settle(earlier time.Time) {
-	for _, c := range r.Cards {
-		if c.stale {
-			r.Started = earlier
-			return
-		}
-	}
 }
 
 // stalled is the card at pciPath, last seen as c (nil when never), while a
@@ -146,9 +158,6 @@ func (s *Scanner) Scan() (*Result, error) { return s.ScanContext(context.Backgro
 // when the root or a selected family's directory cannot be read, or ctx
 // ended. Cards are ordered by PCI address.
 func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
-	s.mu.Lock()
-	earlier := s.lastStarted // of the cards a stalled read keeps
-	s.mu.Unlock()
 	res := &Result{Drivers: s.Detect(), Started: time.Now()}
 	if len(res.Drivers) == 0 {
 		// Nothing loaded: say so when the root itself is missing.
@@ -166,7 +175,11 @@ func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
 		}
 	}
 	sort.SliceStable(res.Cards, func(i, j int) bool { return res.Cards[i].PCIAddress < res.Cards[j].PCIAddress })
-	res.settle(earlier)
+	for _, c := range res.Cards {
+		if !c.stale {
+			c.readAt = res.Started
+		}
+	}
 	s.remember(res)
 	return res, nil
 }
@@ -246,7 +259,9 @@ func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, boo
 	}
 	for k, i := range todo {
 		if done[k] {
-			res.Cards[i], changes[i] = results[k].card, results[k].changed
+			c := results[k].card
+			c.stale, c.readAt = false, res.Started
+			res.Cards[i], changes[i] = c, results[k].changed || old.Cards[i].stale
 			continue
 		}
 		r := stuckRead{attr: trackers[k].current(), since: time.Now()}
@@ -256,7 +271,6 @@ func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, boo
 		}
 		stall(i, r)
 	}
-	res.settle(old.Started)
 	s.remember(res)
 	return res, slices.Contains(changes, true)
 }

@@ -13,59 +13,40 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
-// wedge replaces an attribute with a FIFO: opening it for reading blocks
-// until a writer comes, as a read of a wedged device does. It returns a
-// function that puts the attribute back as a regular file with content
-// and lets the stalled read return with it.
+// wedge replaces an attribute with a FIFO (simnode.Wedge) until the test
+// ends or it calls release.
 func wedge(t *testing.T, path string) (release func()) {
 	t.Helper()
-	content, err := os.ReadFile(path)
+	rel, err := simnode.Wedge(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mkfifo(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	released := false
 	release = func() {
-		if released {
-			return
-		}
-		released = true
-		// The stalled reader has the FIFO open; the path becomes a
-		// regular file again, and the data reaches the reader through the
-		// FIFO it already has. Without a reader (ENXIO) there is nothing
-		// to release.
-		w, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
-		if err != nil && !errors.Is(err, unix.ENXIO) {
+		if err := rel(); err != nil {
 			t.Fatal(err)
-		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, content, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-		if w != nil {
-			// EPIPE: the reader gave up meanwhile.
-			if _, err := w.Write(content); err != nil && !errors.Is(err, unix.EPIPE) {
-				t.Fatal(err)
-			}
-			w.Close()
 		}
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// checkReadAt checks that card stuck of res keeps the time of the pass
+// that read it, stuckAt, and that every other card was read by res's pass.
+func checkReadAt(t *testing.T, res *discovery.Result, stuck int, stuckAt time.Time) {
+	t.Helper()
+	for i, c := range res.Cards {
+		want := res.Started
+		if i == stuck {
+			want = stuckAt
+		}
+		if !c.ReadAt().Equal(want) || want.IsZero() {
+			t.Fatalf("card %d was read at %v; want %v (the pass began at %v; card %d is stuck since the pass of %v)", i, c.ReadAt(), want, res.Started, stuck, stuckAt)
+		}
+	}
 }
 
 func portHealth(t *testing.T, res *discovery.Result, card int) discovery.Health {
@@ -99,9 +80,7 @@ func TestStuckReadIsBounded(t *testing.T) {
 			t.Fatalf("card %d is unhealthy beside a stuck card: %v", c, h)
 		}
 	}
-	if !res2.Started.Equal(res.Started) {
-		t.Fatalf("a refresh that kept a stuck card's old reading began at %v; want the old pass's %v (it is only as recent as that)", res2.Started, res.Started)
-	}
+	checkReadAt(t, res2, 1, res.Started)
 	// A later change on another card is seen, and the stuck card is not
 	// read again (its report, with the time it got stuck, stays).
 	if err := n.SetPortErrors(n.Cards[2].Ports[0], "0x1"); err != nil {
@@ -121,9 +100,7 @@ func TestStuckReadIsBounded(t *testing.T) {
 	if len(full.Cards) != 3 || portHealth(t, full, 1).String() != h.String() || !portHealth(t, full, 0).Healthy {
 		t.Fatalf("full scan while card 1 is stuck: %d cards, card 1 %v", len(full.Cards), portHealth(t, full, 1))
 	}
-	if !full.Started.Equal(res.Started) {
-		t.Fatalf("a full scan that kept the stuck card's reading began at %v; want the pass that read it, %v", full.Started, res.Started)
-	}
+	checkReadAt(t, full, 1, res.Started)
 
 	release()
 	if err := n.SetPortErrors(n.Cards[2].Ports[0], "0x0"); err != nil {
@@ -135,6 +112,12 @@ func TestStuckReadIsBounded(t *testing.T) {
 	for {
 		res4, _ := s.Refresh(res3)
 		if portHealth(t, res4, 1).Healthy && portHealth(t, res4, 2).Healthy {
+			// Read again, the card is as recent as the pass, and no
+			// longer reported changed.
+			checkReadAt(t, res4, -1, time.Time{})
+			if _, changed := s.Refresh(res4); changed {
+				t.Fatal("a refresh after the card recovered reports a change where there is none")
+			}
 			break
 		}
 		if time.Now().After(deadline) {

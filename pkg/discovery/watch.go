@@ -13,7 +13,8 @@ import (
 )
 
 // Watcher keeps a discovery result current. A relevant kernel uevent (a
-// card or port added or removed) triggers a full rescan; every Interval only
+// card or port added or removed) triggers a full rescan, and so does a read
+// that a pass gave up on as stuck once it returns; every Interval only
 // the ID, error and device-node attributes are re-read (Scanner.Refresh),
 // never the whole tree. Each result that differs from the previous one is
 // handed to OnChange, from one goroutine, in order.
@@ -113,6 +114,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-settleC:
 			settleC = nil
 			w.scan(ctx)
+		case <-w.Scanner.Returned():
+			// A card a stuck read kept out of the results, or kept as
+			// an earlier pass read it, can be read again.
+			w.scan(ctx)
 		case full := <-w.poke:
 			if full {
 				w.scan(ctx)
@@ -186,7 +191,7 @@ func (w *Watcher) publish(ctx context.Context, res *Result) {
 }
 
 // SameResult reports whether two results describe the same cards, ports,
-// IDs, health and errors.
+// IDs, health and errors (read at any time).
 func SameResult(a, b *Result) bool {
 	if !slices.Equal(a.Drivers, b.Drivers) || len(a.Errors) != len(b.Errors) {
 		return false
@@ -196,7 +201,11 @@ func SameResult(a, b *Result) bool {
 			return false
 		}
 	}
-	return reflect.DeepEqual(a.Cards, b.Cards)
+	return slices.EqualFunc(a.Cards, b.Cards, func(x, y *Card) bool {
+		cx, cy := *x, *y
+		cx.readAt, cy.readAt = time.Time{}, time.Time{}
+		return reflect.DeepEqual(cx, cy)
+	})
 }
 
 // Start runs the watcher in the background until ctx ends and returns once

@@ -3,6 +3,7 @@ package discovery_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // startWatcher runs a watcher whose uevents come from one end of a datagram
 // socketpair; the returned function sends a kernel-format uevent into it.
-func startWatcher(t *testing.T, root string, interval time.Duration) (<-chan *discovery.Result, func(action, devpath, subsystem string)) {
+func startWatcher(t *testing.T, s *discovery.Scanner, interval time.Duration) (<-chan *discovery.Result, func(action, devpath, subsystem string)) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -28,7 +29,7 @@ func startWatcher(t *testing.T, root string, interval time.Duration) (<-chan *di
 	t.Cleanup(func() { unix.Close(fds[1]) })
 	results := make(chan *discovery.Result, 16)
 	w := &discovery.Watcher{
-		Scanner:  &discovery.Scanner{Root: root},
+		Scanner:  s,
 		Interval: interval,
 		Events:   src,
 		Settle:   time.Millisecond,
@@ -69,7 +70,7 @@ func devpath(n *simnode.Node, p string) string {
 
 func TestWatcherHotplug(t *testing.T) {
 	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 1, PortsPerCard: 1})
-	results, send := startWatcher(t, n.Root, time.Hour)
+	results, send := startWatcher(t, &discovery.Scanner{Root: n.Root}, time.Hour)
 	if res := next(t, results); len(res.Cards) != 1 {
 		t.Fatalf("initial scan: %d cards, want 1", len(res.Cards))
 	}
@@ -97,7 +98,7 @@ func TestWatcherHotplug(t *testing.T) {
 
 func TestWatcherPeriodicRefresh(t *testing.T) {
 	n := writeNode(t, simnode.Options{Driver: discovery.DriverOPAE, Cards: 2, PortsPerCard: 1})
-	results, _ := startWatcher(t, n.Root, 5*time.Millisecond)
+	results, _ := startWatcher(t, &discovery.Scanner{Root: n.Root}, 5*time.Millisecond)
 	next(t, results)
 	const afu = "00112233445566778899aabbccddeeff"
 	if err := n.SetAFUID(n.Cards[1].Ports[0], afu); err != nil {
@@ -106,5 +107,24 @@ func TestWatcherPeriodicRefresh(t *testing.T) {
 	res := next(t, results)
 	if got := res.Cards[1].Ports[0].AFUID; got != afu {
 		t.Fatalf("AFU ID after refresh %q, want %q", got, afu)
+	}
+}
+
+// TestWatcherFindsCardOnceStuckReadReturns: a card whose read is stuck in
+// the first pass is left out; once that read returns the watcher finds it,
+// although it only refreshes (a uevent source is there) and a refresh
+// never looks for new cards.
+func TestWatcherFindsCardOnceStuckReadReturns(t *testing.T) {
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
+	release := wedge(t, filepath.Join(n.Cards[1].Ports[0].SysfsPath, "afu_id"))
+	results, _ := startWatcher(t, &discovery.Scanner{Root: n.Root, ReadTimeout: 50 * time.Millisecond}, 5*time.Millisecond)
+	first := next(t, results)
+	if len(first.Cards) != 1 || len(first.Errors) != 1 || !strings.Contains(first.Errors[0].Error(), "read of afu_id timed out") {
+		t.Fatalf("first pass with card 1 stuck: %d cards, errors %v; want card 0 and card 1's timed-out read", len(first.Cards), first.Errors)
+	}
+	release()
+	res := next(t, results)
+	if len(res.Cards) != 2 || len(res.Errors) != 0 || !portHealth(t, res, 1).Healthy {
+		t.Fatalf("after the stuck read returned: %d cards, errors %v; want both cards, healthy", len(res.Cards), res.Errors)
 	}
 }

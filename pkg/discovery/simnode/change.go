@@ -1,11 +1,15 @@
 package simnode
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // Changes to a written node, as the kernel would make them: hot-unplug,
@@ -132,4 +136,56 @@ func (n *Node) SetTemperature(c *Card, milliC int) error {
 		return fmt.Errorf("card %s has no hwmon directory", c.PCIAddress)
 	}
 	return replaceFile(filepath.Join(dirs[0], "temp1_input"), fmt.Sprintf("%d\n", milliC))
+}
+
+// Wedge replaces the attribute file at path with a FIFO: opening it for
+// reading blocks until a writer comes, as a read of a wedged device does.
+// release puts the attribute back as a regular file with its content and
+// lets a read stalled on the FIFO return with that content; calls after
+// the first do nothing.
+func Wedge(path string) (release func() error, err error) {
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, err
+	}
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		return nil, fmt.Errorf("wedge %s: %w", path, err)
+	}
+	var mu sync.Mutex
+	released := false
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if released {
+			return nil
+		}
+		released = true
+		return unwedge(path, content)
+	}, nil
+}
+
+// unwedge is Wedge's release.
+func unwedge(path string, content []byte) error {
+	// The stalled reader has the FIFO open; the path becomes a regular
+	// file again, and the content reaches the reader through the FIFO it
+	// already has. Without a reader (ENXIO) there is nothing to release.
+	w, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, unix.ENXIO):
+		return replaceFile(path, string(content))
+	case err != nil:
+		return err
+	}
+	defer w.Close()
+	if err := replaceFile(path, string(content)); err != nil {
+		return err
+	}
+	// EPIPE: the reader gave up meanwhile.
+	if _, err := w.Write(content); err != nil && !errors.Is(err, unix.EPIPE) {
+		return err
+	}
+	return w.Close()
 }
