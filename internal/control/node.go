@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -181,7 +182,9 @@ func ReleaseAdminHolds(ctx context.Context, st *state.State) error {
 // per-port lock, repository lookup, verification), then released.
 func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuID string, devs *discovery.Result) (ProgramResponse, error) {
 	name := port.DeviceName()
-	h := state.Holder{UID: types.UID(adminHolderPrefix + name), Namespace: "admin", Name: "fpga-dra-driver-program"}
+	// A holder of its own per request: of two at once for one port, one
+	// is refused as held, and each releases only its own hold.
+	h := state.Holder{UID: types.UID(adminHolderPrefix + name + "-" + strings.ToLower(rand.Text())), Namespace: "admin", Name: "fpga-dra-driver-program"}
 	defer func() {
 		if err := n.State.Unprepare(context.WithoutCancel(ctx), h.UID); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing the port after admin programming failed", "device", name)
@@ -200,6 +203,9 @@ func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuI
 			return ProgramResponse{}, err
 		}
 		resp := ProgramResponse{Device: name, Node: port.Node.Path, AFUID: afuID}
+		if len(out.Devices) > 0 {
+			resp.AFUID = out.Devices[0].AFUID
+		}
 		if len(out.Programmed) > 0 {
 			p := out.Programmed[0]
 			resp.Programmed, resp.Bitstream, resp.DurationSeconds = true, p.Bitstream, p.Duration.Seconds()

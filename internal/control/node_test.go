@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,5 +282,52 @@ func TestReleaseAdminHolds(t *testing.T) {
 	}
 	if got := holders[port1]; got != claim.UID {
 		t.Errorf("port %s is held by %q after the start, want %s", port1, got, claim.UID)
+	}
+}
+
+// TestAdminProgramTwiceAtOnce: two administrators programming one free
+// port at once with different AFUs: each that is told its AFU was loaded
+// had it loaded, and one refused is told the other's admin holds the
+// port.
+func TestAdminProgramTwiceAtOnce(t *testing.T) {
+	n := startNode(t)
+	if err := n.state.Unprepare(context.Background(), afHolder); err != nil {
+		t.Fatal(err)
+	}
+	afus := [2]string{testnode.NewAFU, testnode.SecondAFU}
+	for round := range 30 {
+		if err := n.sim.SetAFUID(n.sim.Cards[1].Ports[0], simnode.DefaultAFUID); err != nil {
+			t.Fatal(err)
+		}
+		before := n.prog.TotalCalls()
+		var resps [2]control.ProgramResponse
+		var errs [2]error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for k := range 2 {
+			wg.Go(func() {
+				<-start
+				resps[k], errs[k] = n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: afus[k], Admin: true})
+			})
+		}
+		close(start)
+		wg.Wait()
+		succeeded := 0
+		for k, err := range errs {
+			switch {
+			case err != nil && !strings.Contains(err.Error(), "admin-program-"):
+				t.Fatalf("round %d: admin programming of %s: %v, want success or a refusal naming the holder", round, afus[k], err)
+			case err == nil && (!resps[k].Programmed || resps[k].AFUID != afus[k]):
+				t.Fatalf("round %d: admin programming of %s answered %+v", round, afus[k], resps[k])
+			case err == nil:
+				succeeded++
+			}
+		}
+		if calls := n.prog.TotalCalls() - before; calls != succeeded {
+			t.Fatalf("round %d: %d programmings told they loaded their AFU, %d done", round, succeeded, calls)
+		}
+		if h, ok := n.state.Holders()[port1]; ok {
+			t.Fatalf("round %d: port held by %s after both", round, h)
+		}
 	}
 }

@@ -144,12 +144,14 @@ func (p *Plugin) supersedable(fullName string, uid types.UID, reqs []state.Devic
 		other := holders[rq.Device]
 		resource, legacy := resources[other]
 		switch {
-		case other == "" || other == uid || !legacy:
+		case other == "" || !legacy:
 		case resource == fullName:
-			if !slices.Contains(mine, other) {
+			if other != uid && !slices.Contains(mine, other) {
 				mine = append(mine, other)
 			}
 		default:
+			// Also when other is uid: an af holder's UID names the port,
+			// not the AFU.
 			return nil, fmt.Errorf("port %s is held by device-plugin holder %s for resource %s, not %s: a container given the port under that resource (before the node's device-plugin mode or the port's AFU changed) may still be running; "+
 				"the hold is released once the kubelet's pod-resources API lists no container with the port (checked every --refresh-interval), or end that container", rq.Device, other, resource, fullName)
 		}

@@ -1,6 +1,7 @@
 package deviceplugin_test
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"testing"
@@ -33,6 +34,8 @@ func TestModeSwitchHoldRefused(t *testing.T) {
 		mode     deviceplugin.Mode
 		resource string
 		device   string
+		// afuID is what the ports carry (DefaultAFUID when empty).
+		afuID string
 	}{
 		{
 			name:     "region to af",
@@ -46,10 +49,19 @@ func TestModeSwitchHoldRefused(t *testing.T) {
 			oldPorts: []string{p1}, oldIDs: []string{"dfl-port.1"},
 			mode: deviceplugin.ModeRegion, resource: intelDomain + "/" + fixtureRegion, device: "dfl-fme.0",
 		},
+		{
+			// The holder's UID names the port, not the AFU: the same
+			// UID, for another resource.
+			name:     "af to af of the AFU the port carries now",
+			old:      state.Holder{UID: "deviceplugin-af-" + p0, Namespace: deviceplugin.LegacyNamespace, Name: intelDomain + "/" + fixtureAF0},
+			oldPorts: []string{p0}, oldIDs: []string{"dfl-port.0"},
+			mode: deviceplugin.ModeAF, resource: intelDomain + "/" + fixtureAF1, device: "dfl-port.0", afuID: simnode.SecondAFUID,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			afuID := cmp.Or(tc.afuID, simnode.DefaultAFUID)
 			n := startNode(t, nodeOptions{
-				sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{simnode.DefaultAFUID}},
+				sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{afuID, afuID}},
 				mode: tc.mode, cdi: true,
 				before: func(st *state.State, res *discovery.Result) {
 					reqs := make([]state.DeviceRequest, len(tc.oldPorts))

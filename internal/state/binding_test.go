@@ -308,3 +308,44 @@ func TestProgrammedBeforeBindingAllocatedAgain(t *testing.T) {
 	}
 	checkConsistent(t, n)
 }
+
+// TestProgramHeldOneJobPerRegion: the programming hook asked for another
+// AFU while the region is being programmed for the same holder is refused
+// as in progress, naming the AFU being loaded; the job that runs stays the
+// one CancelJobs and a release stop.
+func TestProgramHeldOneJobPerRegion(t *testing.T) {
+	gate := make(chan struct{})
+	defer close(gate)
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	ctx := context.Background()
+	l1 := legacy("one")
+	if _, err := n.State.Prepare(ctx, l1, request(dev, nil), devs, state.Supersede(isLegacy)); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := n.State.ProgramHeld(ctx, l1.UID, dev, simnode.DefaultInterfaceID, testnode.NewAFU, devs)
+		first <- err
+	}()
+	<-started
+	// Refused at once; the bound only keeps a second job, which would
+	// wait for the first at the region's lock, from holding the test.
+	second, cancelSecond := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelSecond()
+	if _, err := n.State.ProgramHeld(second, l1.UID, dev, simnode.DefaultInterfaceID, testnode.SecondAFU, devs); !errors.Is(err, state.ErrInProgress) || !strings.Contains(err.Error(), testnode.NewAFU) {
+		t.Fatalf("the hook for %s while %s is being loaded: %v, want in progress naming %s", testnode.SecondAFU, testnode.NewAFU, err, testnode.NewAFU)
+	}
+	n.State.CancelJobs(errors.New("--shutdown-wait passed"))
+	stopped, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := n.State.WaitIdle(stopped); err != nil {
+		t.Fatalf("WaitIdle after CancelJobs: %v", err)
+	}
+	if err := <-first; err == nil {
+		t.Fatal("the cancelled programming succeeded")
+	}
+}

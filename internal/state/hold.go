@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -73,8 +74,13 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 	case s.releasing[uid]:
 		return nil, false, fmt.Errorf("%w: %s is being unprepared; device %s is not programmed for it any more", ErrReleasing, s.holderName(uid), device)
 	}
-	if j := s.jobs[device]; j != nil && j.holder == uid && j.afu == afuID {
+	switch j := s.jobs[device]; {
+	case j != nil && j.holder == uid && j.afu == afuID:
 		return j, false, nil
+	case j != nil:
+		// One job per region: a second would not be seen by a release
+		// or CancelJobs, and could run after the process stopped.
+		return nil, false, fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); program AFU %s once that has ended", ErrInProgress, device, j.afu, time.Since(j.started).Round(time.Second), afuID)
 	}
 	card, port, ok := devs.FindPort(device)
 	if !ok {

@@ -63,6 +63,22 @@ func (s *State) newJob(ctx context.Context, h Holder, p *plan) *job {
 	return j
 }
 
+// abandonJobs ends jobs that never ran (the hold they program for could
+// not be recorded): they leave s.jobs and are done with err, so that a
+// release, WaitIdle or a joining caller does not wait for them.
+func (s *State) abandonJobs(jobs []*job, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range jobs {
+		if s.jobs[j.device] == j {
+			delete(s.jobs, j.device)
+		}
+		j.result = Programming{Device: j.device, AFUID: j.afu, Err: err}
+		j.cancel(err)
+		close(j.done)
+	}
+}
+
 // hasJobs reports whether a programming job for uid is in flight. Caller
 // holds mu.
 func (s *State) hasJobs(uid types.UID) bool {

@@ -99,13 +99,7 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		case err != nil:
 			return Outcome{Programmed: before}, err
 		case completed != nil:
-			if err := s.durable(o.call); err != nil {
-				return Outcome{Programmed: before}, fmt.Errorf("record claim %s: %w", h, err)
-			}
-			if completed.Phase == PhaseProgrammed {
-				return Outcome{}, nil // programmed before binding already
-			}
-			out, err := s.completed(h, completed, reqs, devs)
+			out, err := s.answer(op, completed, reqs, devs)
 			out.Programmed = before
 			return out, err
 		case plans != nil && len(op.jobs) == 0:
@@ -127,10 +121,10 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 }
 
 // decidePrepare is Prepare's critical section: it joins the holder's
-// operation in flight, or answers from a completed record, or checks that
-// every device is free, decides what each needs and reserves them all for
-// the holder in a new operation. plans is nil unless a new operation was
-// created.
+// operation in flight, or starts one that answers from a completed record
+// (completed), or checks that every device is free, decides what each
+// needs and reserves them all for the holder in a new operation. plans is
+// nil unless a new operation that prepares was created.
 func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Result, o prepareOptions) (*op, *ClaimRecord, []*plan, []types.UID, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -144,10 +138,16 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	rebooted := rec != nil && rec.BootID != s.bootID
 	switch {
 	case rec == nil || rebooted || o.rebuild || !sameDevices(rec, reqs):
-	case rec.Phase == PhaseCompleted:
-		return nil, rec.clone(), nil, nil, nil
-	case rec.Phase == PhaseProgrammed && o.beforeBinding:
-		return nil, rec.clone(), nil, nil, nil
+	case !s.holdsRecord(h.UID, rec):
+		// Being superseded: another holder's prepare reserved its
+		// devices; deciding anew refuses them, naming that holder.
+	case rec.Phase == PhaseCompleted, rec.Phase == PhaseProgrammed && o.beforeBinding:
+		// Answered from the record, in an operation of its own: a
+		// release waits for it, and no prepare supersedes the holder,
+		// while it rewrites a missing CDI spec.
+		op := &op{holder: h, cancel: func(error) {}, done: make(chan struct{}), beforeBinding: o.beforeBinding, call: o.call}
+		s.ops[h.UID] = op
+		return op, rec.clone(), nil, nil, nil
 	}
 	var superseded []types.UID
 	may := func(other types.UID) bool {
@@ -196,6 +196,17 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	return op, nil, plans, superseded, nil
 }
 
+// holdsRecord reports whether uid holds every device of its record rec.
+// Caller holds mu.
+func (s *State) holdsRecord(uid types.UID, rec *ClaimRecord) bool {
+	for _, d := range rec.Devices {
+		if s.holds[d.Device] != uid {
+			return false
+		}
+	}
+	return true
+}
+
 func sameDevices(rec *ClaimRecord, reqs []DeviceRequest) bool {
 	return slices.EqualFunc(rec.Devices, reqs, func(d DeviceRecord, r DeviceRequest) bool { return d.Device == r.Device })
 }
@@ -208,15 +219,22 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	h := op.holder
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
 	if err := s.holdLoaded(h.UID, plans); err != nil {
-		s.finish(op, Outcome{}, fmt.Errorf("claim %s: %w", h, err))
+		err = fmt.Errorf("claim %s: %w", h, err)
+		s.abandonJobs(op.jobs, err)
+		s.finish(op, Outcome{}, err)
 		return
 	}
 	if len(op.jobs) > 0 {
 		err := s.commit(op.call, func(cp *Checkpoint) {
 			// An earlier record of the holder (another allocation of
 			// the claim, programmed before binding) frees the devices
-			// the plans do not name.
+			// the plans do not name. Superseded holders are released
+			// here, not after programming: one device, one holder, on
+			// the disk too.
 			s.dropRecord(h.UID)
+			for _, other := range superseded {
+				s.dropRecord(other)
+			}
 			rec := s.record(h, PhaseStarted, plans)
 			cp.Claims[string(h.UID)] = rec
 			for _, d := range rec.Devices {
@@ -224,10 +242,14 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 			}
 		})
 		if err != nil {
-			s.finish(op, Outcome{}, fmt.Errorf("record claim %s before programming: %w", h, err))
+			err = fmt.Errorf("record claim %s before programming: %w", h, err)
+			s.abandonJobs(op.jobs, err)
+			s.finish(op, Outcome{}, err)
 			return
 		}
 		s.step(StepStarted, h.UID)
+		s.removeSupersededSpecs(logger, superseded)
+		superseded = nil
 		for _, j := range op.jobs {
 			go s.runJob(j)
 		}
@@ -324,11 +346,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, specErr))
 		return
 	}
-	for _, other := range superseded {
-		if rerr := s.cfg.CDI.RemoveClaimSpec(string(other)); rerr != nil {
-			logger.Error(rerr, "Removing the CDI spec of a superseded holder failed; the next start removes it", "holder", other)
-		}
-	}
+	s.removeSupersededSpecs(logger, superseded)
 	if err != nil {
 		s.finish(op, op.out, fmt.Errorf("record claim %s: %w", h, err))
 		return
@@ -340,6 +358,16 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	}
 	logger.V(3).Info("Prepared claim", "devices", len(recs), "superseded", superseded)
 	s.finish(op, out, nil)
+}
+
+// removeSupersededSpecs removes the CDI specs of holders a prepare
+// superseded, once their release is recorded.
+func (s *State) removeSupersededSpecs(logger klog.Logger, superseded []types.UID) {
+	for _, other := range superseded {
+		if err := s.cfg.CDI.RemoveClaimSpec(string(other)); err != nil {
+			logger.Error(err, "Removing the CDI spec of a superseded holder failed; the next start removes it", "holder", other)
+		}
+	}
 }
 
 // undoRecords returns a change that puts back the records of uids as they
@@ -419,6 +447,31 @@ func (s *State) inProgress(op *op, what string) error {
 		return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); %s", ErrInProgress, j.device, j.afu, time.Since(j.started).Round(time.Second), what)
 	}
 	return fmt.Errorf("%w: claim %s is being prepared; %s", ErrInProgress, op.holder, what)
+}
+
+// answer runs an operation that answers a prepare from the holder's
+// record rec, completed (or programmed, for a prepare before binding),
+// once every change is on the disk.
+func (s *State) answer(op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
+	h := op.holder
+	var out Outcome
+	err := s.durable(op.call)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("record claim %s: %w", h, err)
+	case rec.Phase == PhaseProgrammed:
+		// Programmed before binding already.
+	default:
+		out, err = s.completed(h, rec, reqs, devs)
+	}
+	s.mu.Lock()
+	releasing := s.releasing[h.UID]
+	s.mu.Unlock()
+	if err == nil && releasing {
+		out, err = Outcome{}, fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, h)
+	}
+	s.finish(op, out, err)
+	return out, err
 }
 
 // completed answers a prepare of a completed holder, rewriting its CDI

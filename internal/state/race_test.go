@@ -49,16 +49,26 @@ func newRacingNode(t *testing.T) *racingNode {
 	return r
 }
 
-// release unprepares every holder, so the next round starts free.
+// release unprepares every holder, so the next round starts free, and
+// checks that each holder the races use can be prepared again.
 func (r *racingNode) release(t *testing.T) {
 	t.Helper()
+	ctx := context.Background()
 	for _, uid := range r.State.Holders() {
-		if err := r.State.Unprepare(context.Background(), uid); err != nil {
+		if err := r.State.Unprepare(ctx, uid); err != nil {
 			t.Fatalf("release %s: %v", uid, err)
 		}
 	}
 	if h := r.State.Holders(); len(h) != 0 {
 		t.Fatalf("still held after release: %v", h)
+	}
+	for _, h := range []state.Holder{holder("a"), holder("b"), legacy("one"), legacy("two")} {
+		if _, err := r.State.Prepare(ctx, h, request(r.dev, nil), r.devs); err != nil {
+			t.Fatalf("%s, released, cannot be prepared again: %v", h.UID, err)
+		}
+		if err := r.State.Unprepare(ctx, h.UID); err != nil {
+			t.Fatalf("release %s: %v", h.UID, err)
+		}
 	}
 }
 
@@ -114,6 +124,27 @@ func TestRaceEntryPoints(t *testing.T) {
 	l1, l2 := legacy("one"), legacy("two")
 	newAFU := ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)
 	secondAFU := ask(testnode.SecondAFU, v1alpha1.ProgrammingAlways)
+	// allocateL1 gives the device to the legacy allocation l1.
+	allocateL1 := func(t *testing.T, r *racingNode) {
+		if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// prepareAndUnprepare races a prepare of claim a without programming
+	// with its unprepare; releasedOrPrepared checks their answers.
+	prepareAndUnprepare := func(r *racingNode) (error, error) {
+		return race(
+			func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); return err },
+			func() error { return r.State.Unprepare(ctx, a.UID) })
+	}
+	releasedOrPrepared := func(t *testing.T, r *racingNode, errP, errU error) {
+		if errU != nil {
+			t.Fatalf("unprepare: %v", errU)
+		}
+		if errP != nil && !errors.Is(errP, state.ErrReleasing) {
+			t.Fatalf("prepare racing its unprepare: %v", errP)
+		}
+	}
 	for _, tc := range []struct {
 		name   string
 		rounds int
@@ -212,11 +243,7 @@ func TestRaceEntryPoints(t *testing.T) {
 		check: func(t *testing.T, r *racingNode, errA, errB error) { oneWinner(t, r, a, l1, errA, errB) },
 	}, {
 		name: "a legacy allocation supersedes another while a claim asks", rounds: 300,
-		setup: func(t *testing.T, r *racingNode) {
-			if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
-				t.Fatal(err)
-			}
-		},
+		setup: allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {
@@ -249,6 +276,41 @@ func TestRaceEntryPoints(t *testing.T) {
 			}
 		},
 	}, {
+		name: "prepare without programming and unprepare of one claim", rounds: 2000,
+		run: prepareAndUnprepare, check: releasedOrPrepared,
+	}, {
+		name: "a prepared claim prepared again and unprepared at once", rounds: 1500,
+		setup: func(t *testing.T, r *racingNode) {
+			if _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); err != nil {
+				t.Fatal(err)
+			}
+		},
+		run: prepareAndUnprepare, check: releasedOrPrepared,
+	}, {
+		name: "a legacy allocation allocated again while another supersedes it", rounds: 1500,
+		setup: allocateL1,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error {
+					_, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy))
+					return err
+				},
+				func() error {
+					_, err := r.State.Prepare(ctx, l2, request(r.dev, nil), r.devs, state.Supersede(isLegacy))
+					return err
+				})
+		},
+		check: func(t *testing.T, r *racingNode, errL1, errL2 error) {
+			for _, err := range []error{errL1, errL2} {
+				if err != nil && !errors.Is(err, state.ErrDeviceHeld) {
+					t.Fatalf("racing allocations: %v / %v", errL1, errL2)
+				}
+			}
+			if errL1 != nil && errL2 != nil {
+				t.Fatalf("neither allocation holds the device: %v / %v", errL1, errL2)
+			}
+		},
+	}, {
 		name: "unprepare of the holder and prepare of another claim", rounds: 300,
 		setup: func(t *testing.T, r *racingNode) {
 			if _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); err != nil {
@@ -273,11 +335,7 @@ func TestRaceEntryPoints(t *testing.T) {
 		},
 	}, {
 		name: "the programming hook and the holder's unprepare", rounds: 300,
-		setup: func(t *testing.T, r *racingNode) {
-			if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
-				t.Fatal(err)
-			}
-		},
+		setup: allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {
@@ -296,11 +354,7 @@ func TestRaceEntryPoints(t *testing.T) {
 		},
 	}, {
 		name: "the programming hook and a superseding allocation", rounds: 300,
-		setup: func(t *testing.T, r *racingNode) {
-			if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
-				t.Fatal(err)
-			}
-		},
+		setup: allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {

@@ -3,6 +3,8 @@ package state_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -165,5 +167,78 @@ func TestNoProgrammingForAReleasedHolder(t *testing.T) {
 		t.Fatalf("the region was programmed %d times for a released claim", calls)
 	}
 	unprepareUntilDone(t, n.State, a.UID)
+	checkConsistent(t, n)
+}
+
+// TestFailedStartCommitLeavesNoJob: a prepare that must program but
+// cannot record the hold first (the checkpoint cannot be written) leaves
+// no job behind: once the disk is back the claim is released at once, the
+// node is idle, and the kubelet's retried prepare programs.
+func TestFailedStartCommitLeavesNoJob(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	a := holder("a")
+	ctx := context.Background()
+	state.BreakCheckpointWrites(n.State)
+	if _, err := n.State.Prepare(ctx, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); err == nil {
+		t.Fatal("a prepare that could not record its hold succeeded")
+	}
+	if err := state.HealCheckpointWrites(n.State); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.State.Unprepare(ctx, a.UID); err != nil {
+		t.Fatalf("unprepare of a claim whose programming never started: %v", err)
+	}
+	idle, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := n.State.WaitIdle(idle); err != nil {
+		t.Fatalf("WaitIdle on a node that programs nothing: %v", err)
+	}
+	prepareUntilDone(t, n.State, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs)
+	if got := afuID(t, n, dev); got != testnode.NewAFU {
+		t.Fatalf("region carries %s after the retried prepare, want %s", got, testnode.NewAFU)
+	}
+	checkConsistent(t, n)
+}
+
+// TestSupersedeWithProgramming: a prepare that supersedes another holder
+// and must program releases that holder in the record it writes before
+// programming: the checkpoint on the disk never shows two holders of one
+// device, and the superseded holder's CDI spec is gone before the region
+// is touched.
+func TestSupersedeWithProgramming(t *testing.T) {
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim, PrepareWait: time.Millisecond})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	ctx := context.Background()
+	l1, l2 := legacy("one"), legacy("two")
+	if _, err := n.State.Prepare(ctx, l1, request(dev, nil), devs, state.Supersede(isLegacy)); err != nil {
+		t.Fatal(err)
+	}
+	reqs := request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways))
+	if _, err := n.State.Prepare(ctx, l2, reqs, devs, state.Supersede(isLegacy)); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("superseding prepare held at the gate: %v, want in progress", err)
+	}
+	<-started
+	b, err := os.ReadFile(filepath.Join(n.DataDir, state.CheckpointFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, _, _, err := state.ReadCheckpoint(b)
+	if err != nil {
+		t.Fatalf("checkpoint on the disk while the superseding holder programs: %v", err)
+	}
+	if _, ok := cp.Claims[string(l1.UID)]; ok {
+		t.Fatalf("the checkpoint on the disk keeps the superseded %s while %s programs its device", l1.UID, l2.UID)
+	}
+	if ok, err := n.CDI.ClaimSpecExists(string(l1.UID)); err != nil || ok {
+		t.Fatalf("the superseded holder's CDI spec is still there (%v) while its device is programmed for another", err)
+	}
+	close(gate)
+	prepareUntilDone(t, n.State, l2, reqs, devs)
 	checkConsistent(t, n)
 }

@@ -51,6 +51,9 @@ func (s *State) beginRelease(uid types.UID, call *announced) (rel *op, pending [
 	}
 	_, recorded := s.cp.Claims[string(uid)]
 	if !recorded && cur == nil && !s.hasJobs(uid) {
+		// Nothing of uid is left (an operation this release waited
+		// for ended without a record): a later prepare may start.
+		delete(s.releasing, uid)
 		return nil, nil, false
 	}
 	s.releasing[uid] = true

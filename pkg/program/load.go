@@ -77,7 +77,7 @@ type Result struct {
 //     (ErrBitstreamChanged);
 //  4. p.Program gets the payload: the padded raw bitstream of a GBS or AOCX,
 //     the whole xclbin file as it was hashed (failures match
-//     ErrProgramFailed);
+//     ErrProgramFailed, unless ctx ended: then they wrap its cause);
 //  5. the port's AFU ID attribute (port.AFUIDPath(): afu_id, or an XRT
 //     card's xclbinuuid) is read back, waiting while afu_id reports EBUSY
 //     or xclbinuuid is empty for at most opts.VerifyTimeout, and must equal
@@ -119,7 +119,12 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 	t := time.Now()
 	err = p.Program(ctx, card, port, payload)
 	res.ProgramDuration = time.Since(t)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Stopped by the caller (a release, a stopping daemon): says
+		// nothing of the device, and the region's content is unknown.
+		return done(fmt.Errorf("programming port %s with bitstream %s was stopped part way (%s backend: %v); the region's content is unknown: %w", port.DeviceName(), bs.Path, res.Programmer, err, context.Cause(ctx)))
+	case err != nil:
 		if errors.Is(err, ErrProgramFailed) {
 			return done(fmt.Errorf("%s backend, bitstream %s, port %s: %w", res.Programmer, bs.Path, port.DeviceName(), err))
 		}

@@ -385,3 +385,24 @@ func TestReadXclbinUUID(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadStoppedIsNoDeviceFault: programming that the caller stops (its
+// context ends with a cause) fails with that cause, not as a failure of
+// the device (ErrProgramFailed, which quarantines it).
+func TestLoadStoppedIsNoDeviceFault(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	data := gbsFile(t, testIf, testAFU, 1001)
+	card := testCard(t, testIf, 1, testAFU2)
+	started := make(chan struct{}, 1)
+	sim := &SimProgrammer{Gate: make(chan struct{}), OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	ctx, cancel := context.WithCancelCause(ctx)
+	unprepared := errors.New("claim unprepared")
+	go func() {
+		<-started
+		cancel(unprepared)
+	}()
+	_, err := Load(ctx, sim, card, card.Ports[0], openTestBitstream(t, data), LoadOptions{SHA256: sha256Hex(data)})
+	if !errors.Is(err, unprepared) || errors.Is(err, ErrProgramFailed) {
+		t.Fatalf("Load stopped by its caller: %v; want the cause (%v), not %v", err, unprepared, ErrProgramFailed)
+	}
+}

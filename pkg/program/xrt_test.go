@@ -340,8 +340,9 @@ func TestXRTProgrammerCancelKillsChildren(t *testing.T) {
 	cancel()
 	err := <-loaded
 	wantErr(t, err, "xrt-smi program --device "+testUserPF+" was given up after", "killed with every process it started")
-	if !errors.Is(err, ErrProgramFailed) || !errors.Is(err, context.Canceled) {
-		t.Errorf("error %q does not match ErrProgramFailed and Canceled", err)
+	// Stopped by its caller: no fault of the device.
+	if errors.Is(err, ErrProgramFailed) || !errors.Is(err, context.Canceled) {
+		t.Errorf("error %q matches ErrProgramFailed or not Canceled", err)
 	}
 	waitGone(t, f.recorded(t, "child.pid"))
 }
