@@ -288,7 +288,9 @@ func run(ctx context.Context, f runFlags) error {
 		logger.Error(err, "Restoring prepared claims was incomplete")
 	}
 	var devices func() *discovery.Result
-	var refresh, stop func()
+	// unregister stops serving the kubelet; stop also stops discovery
+	// and publishing.
+	var refresh, unregister, stop func()
 	var registered func() bool
 	if mode == modeDevicePlugin {
 		p, err := startDevicePlugin(ctx, f, client, st.state, scanner, events)
@@ -296,11 +298,12 @@ func run(ctx context.Context, f runFlags) error {
 			return err
 		}
 		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
+		unregister = stop
 		// Holds of an earlier mode's resources: no Allocate supersedes them.
 		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, func(resource string) bool { return !p.Serves(resource) }, f.selfPod())
 	} else {
 		activateDRA(f, client, st, d)
-		devices, refresh, stop = d.Devices, d.RefreshDevices, d.Stop
+		devices, refresh, unregister, stop = d.Devices, d.RefreshDevices, d.Unregister, d.Stop
 		registered = func() bool {
 			st := d.Helper().RegistrationStatus()
 			return st != nil && st.PluginRegistered
@@ -336,8 +339,17 @@ func run(ctx context.Context, f runFlags) error {
 	// meanwhile: its requests wait for the same programming.
 	idle, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), f.shutdownWait, fmt.Errorf("--shutdown-wait %s passed", f.shutdownWait))
 	defer cancel()
-	stop()
 	defer func() { <-ctlDone }()
+	unregister()
+	// Discovery and the published slices stay current while programming
+	// ends, but not past the kubelet's wipe of the driver's slices (when
+	// no other instance registered): a slice put back after it would
+	// outlive the driver.
+	publishing := time.AfterFunc(min(f.shutdownWait, kubeletWipeDelay-wipeMargin), stop)
+	defer func() {
+		publishing.Stop()
+		stop()
+	}()
 	if err := st.state.WaitIdle(idle); err != nil {
 		logger.Error(err, "Stopping programming in flight; the next instance programs its region again")
 		st.state.CancelJobs(err)
@@ -354,6 +366,15 @@ func run(ctx context.Context, f runFlags) error {
 // cancelled (after --shutdown-wait) to end, before it releases the node's
 // state lock.
 const jobStopWait = 5 * time.Second
+
+// kubeletWipeDelay is how long after the last instance of a DRA driver
+// unregistered the kubelet deletes the driver's ResourceSlices (its
+// defaultWipingDelay); a stopping daemon stops publishing wipeMargin
+// before it.
+const (
+	kubeletWipeDelay = 30 * time.Second
+	wipeMargin       = 5 * time.Second
+)
 
 // stopMargin is the time a stop may take beyond --shutdown-wait and
 // jobStopWait (the control socket's drain, the last checkpoint flush)

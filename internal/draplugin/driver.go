@@ -146,6 +146,8 @@ type Driver struct {
 
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
+	// unregistered and stopped make Unregister and Stop run once.
+	unregistered, stopped sync.Once
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -276,19 +278,36 @@ func (d *Driver) activeClaims(ctx context.Context) (ClaimPreparer, error) {
 	}
 }
 
+// Unregister stops serving the kubelet (its calls and the health stream)
+// and programming claims before binding. Discovery and the published
+// ResourceSlices go on until Stop: a stopping daemon keeps them current
+// (a deleted slice put back, health changes published) while it waits for
+// programming in flight. Call it after Activate (or instead of it).
+func (d *Driver) Unregister() {
+	d.unregistered.Do(func() {
+		if d.helper != nil {
+			d.helper.Stop()
+		}
+		if d.stopBinder != nil {
+			d.stopBinder()
+		}
+	})
+}
+
 // Stop unregisters from the kubelet and stops publishing. Published slices
-// stay (the kubelet removes them when the plugin is gone for good).
+// stay (the kubelet removes them when the plugin is gone for good). Later
+// calls wait for the first.
 func (d *Driver) Stop() {
-	d.cancel(errors.New("driver stopped"))
-	if d.helper != nil {
-		d.helper.Stop()
-	}
-	d.wg.Wait()
-	d.slicesMu.Lock()
-	defer d.slicesMu.Unlock()
-	if d.slices != nil {
-		d.slices.Stop()
-	}
+	d.stopped.Do(func() {
+		d.Unregister()
+		d.cancel(errors.New("driver stopped"))
+		d.wg.Wait()
+		d.slicesMu.Lock()
+		defer d.slicesMu.Unlock()
+		if d.slices != nil {
+			d.slices.Stop()
+		}
+	})
 }
 
 // Helper exposes the kubeletplugin helper (registration status, tests).

@@ -2,6 +2,7 @@ package draplugin_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -433,68 +434,77 @@ const sliceBackWithin = 2 * time.Second
 
 // TestDeletedSliceComesBack: a ResourceSlice of this node that someone
 // else deletes is back within sliceBackWithin of the deletion, counted
-// from when the test's watch sees the deletion.
+// from when the test's watch sees the deletion; also once the driver
+// unregistered from the kubelet, as a stopping daemon does while it waits
+// for programming in flight.
 func TestDeletedSliceComesBack(t *testing.T) {
-	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}})
-	before := n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 2 })
-	gone := before[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	w, err := n.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	next := func() watch.Event {
-		t.Helper()
-		select {
-		case ev, open := <-w.ResultChan():
-			if !open || ev.Type == watch.Error {
-				t.Fatalf("slice watch ended: %v", ev)
+	for _, unregistered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unregistered=%v", unregistered), func(t *testing.T) {
+			n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}})
+			before := n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 2 })
+			if unregistered {
+				n.driver.Unregister()
 			}
-			return ev
-		case <-ctx.Done():
-			t.Fatalf("the deletion of slice %s was never observed", gone.Name)
-			return watch.Event{}
-		}
-	}
-	if err := n.client.ResourceV1().ResourceSlices().Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ev := next()
-		if s, ok := ev.Object.(*resourceapi.ResourceSlice); ok && ev.Type == watch.Deleted && s.UID == gone.UID {
-			break
-		}
-	}
-	deleted := time.Now()
+			gone := before[0]
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			w, err := n.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			next := func() watch.Event {
+				t.Helper()
+				select {
+				case ev, open := <-w.ResultChan():
+					if !open || ev.Type == watch.Error {
+						t.Fatalf("slice watch ended: %v", ev)
+					}
+					return ev
+				case <-ctx.Done():
+					t.Fatalf("the deletion of slice %s was never observed", gone.Name)
+					return watch.Event{}
+				}
+			}
+			if err := n.client.ResourceV1().ResourceSlices().Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				ev := next()
+				if s, ok := ev.Object.(*resourceapi.ResourceSlice); ok && ev.Type == watch.Deleted && s.UID == gone.UID {
+					break
+				}
+			}
+			deleted := time.Now()
 
-	// back reports whether the node's devices are published again, in a
-	// new slice.
-	var last []resourceapi.ResourceSlice
-	back := func() bool {
-		list, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = list.Items
-		return len(last) == 1 && last[0].UID != gone.UID && len(deviceNames(last)) == 2
-	}
-	deadline := time.NewTimer(sliceBackWithin)
-	defer deadline.Stop()
-	for !back() {
-		select {
-		case ev, open := <-w.ResultChan():
-			if !open || ev.Type == watch.Error {
-				t.Fatalf("slice watch ended: %v", ev)
+			// back reports whether the node's devices are published again, in a
+			// new slice.
+			var last []resourceapi.ResourceSlice
+			back := func() bool {
+				list, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = list.Items
+				return len(last) == 1 && last[0].UID != gone.UID && len(deviceNames(last)) == 2
 			}
-		case <-deadline.C:
-			// An event may have raced the timer: the slices as they are
-			// now decide.
-			if !back() {
-				t.Fatalf("deleted slice %s not back within %s of its deletion; slices now: %+v", gone.Name, sliceBackWithin, last)
+			deadline := time.NewTimer(sliceBackWithin)
+			defer deadline.Stop()
+			for !back() {
+				select {
+				case ev, open := <-w.ResultChan():
+					if !open || ev.Type == watch.Error {
+						t.Fatalf("slice watch ended: %v", ev)
+					}
+				case <-deadline.C:
+					// An event may have raced the timer: the slices as they are
+					// now decide.
+					if !back() {
+						t.Fatalf("deleted slice %s not back within %s of its deletion; slices now: %+v", gone.Name, sliceBackWithin, last)
+					}
+				}
 			}
-		}
+			t.Logf("the deleted slice was back %s after its deletion was observed", time.Since(deleted).Round(time.Millisecond))
+		})
 	}
-	t.Logf("the deleted slice was back %s after its deletion was observed", time.Since(deleted).Round(time.Millisecond))
 }
