@@ -328,9 +328,10 @@ func TestRecoveryNeverGivesAHeldDevice(t *testing.T) {
 }
 
 // TestStaleSpecNeverCompletesAFailedPrepare: a claim prepared again after
-// a reboot keeps its old CDI spec while it is programmed; when that
-// programming fails and the checkpoint is then damaged, the spec (whose
-// AFU the region no longer holds) must not make the claim look prepared.
+// a reboot, whose programming fails, has no CDI spec (its old one went
+// with its completed record); when the checkpoint is then damaged, nothing
+// (no spec whose AFU the region no longer holds) makes the claim look
+// prepared.
 func TestStaleSpecNeverCompletesAFailedPrepare(t *testing.T) {
 	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
 	devs := n.Devices(t)
@@ -356,6 +357,7 @@ func TestStaleSpecNeverCompletesAFailedPrepare(t *testing.T) {
 	if _, err := rebooted.State.Prepare(ctx, a, req, rebooted.Devices(t)); err == nil {
 		t.Fatal("prepare after the reboot succeeded with a failing programmer")
 	}
+	checkConsistent(t, rebooted)
 	if _, err := rebooted.State.Prepare(ctx, b, request(dev1, nil), rebooted.Devices(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -225,12 +225,16 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		return
 	}
 	if len(op.jobs) > 0 {
+		var wasCompleted bool
 		err := s.commit(op.call, func(cp *Checkpoint) {
 			// An earlier record of the holder (another allocation of
 			// the claim, programmed before binding) frees the devices
 			// the plans do not name. Superseded holders are released
 			// here, not after programming: one device, one holder, on
 			// the disk too.
+			if prev := cp.Claims[string(h.UID)]; prev != nil {
+				wasCompleted = prev.Phase == PhaseCompleted
+			}
 			s.dropRecord(h.UID)
 			for _, other := range superseded {
 				s.dropRecord(other)
@@ -248,6 +252,14 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 			return
 		}
 		s.step(StepStarted, h.UID)
+		// A completed record replaced (programming again after a reboot,
+		// a rebuild) takes its CDI spec along: a spec only for a
+		// completed record, also when this programming fails.
+		if wasCompleted {
+			if err := s.cfg.CDI.RemoveClaimSpec(string(h.UID)); err != nil {
+				logger.Error(err, "Removing the CDI spec of the claim, programmed again, failed; the next start removes it unless the claim is prepared by then")
+			}
+		}
 		s.removeSupersededSpecs(logger, superseded)
 		superseded = nil
 		for _, j := range op.jobs {
