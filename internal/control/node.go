@@ -186,8 +186,25 @@ func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuI
 	// is refused as held, and each releases only its own hold.
 	h := state.Holder{UID: types.UID(adminHolderPrefix + name + "-" + strings.ToLower(rand.Text())), Namespace: "admin", Name: "fpga-dra-driver-program"}
 	defer func() {
-		if err := n.State.Unprepare(context.WithoutCancel(ctx), h.UID); err != nil {
-			klog.FromContext(ctx).Error(err, "Releasing the port after admin programming failed", "device", name)
+		logger := klog.FromContext(ctx)
+		release := func() error { return n.State.Unprepare(context.WithoutCancel(ctx), h.UID) }
+		err := release()
+		if errors.Is(err, state.ErrReleasing) {
+			// Programming that cannot be stopped outlives the request
+			// (its client went away): release the port once it ended.
+			// Each Unprepare waits the State's ReleaseWait.
+			go func() {
+				for errors.Is(err, state.ErrReleasing) {
+					err = release()
+				}
+				if err != nil {
+					logger.Error(err, "Releasing the port after admin programming failed", "device", name)
+				}
+			}()
+			return
+		}
+		if err != nil {
+			logger.Error(err, "Releasing the port after admin programming failed", "device", name)
 		}
 	}()
 	req := []state.DeviceRequest{{Device: name, Config: &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: ifID, Programming: v1alpha1.ProgrammingIfNeeded}}}

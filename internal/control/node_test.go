@@ -331,3 +331,43 @@ func TestAdminProgramTwiceAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminHoldEndsWithItsProgramming: an administrator's client that
+// goes away while a programming that cannot be stopped (a DFL partial
+// reconfiguration) outlasts the State's ReleaseWait does not leave the
+// port held: it is released once the programming ended.
+func TestAdminHoldEndsWithItsProgramming(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	tn := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim, Backend: testnode.Stubborn{SimProgrammer: sim},
+		PrepareWait: 20 * time.Millisecond, ReleaseWait: 20 * time.Millisecond})
+	devices := func() *discovery.Result { return tn.Devices(t) }
+	node := &control.Node{State: tn.State, Devices: devices}
+	dev := devices().Ports()[0]
+	reqCtx, hangUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := node.Program(reqCtx, control.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU, Admin: true})
+		done <- err
+	}()
+	<-started
+	hangUp()
+	if err := <-done; err == nil {
+		t.Fatal("the admin request whose client went away succeeded")
+	}
+	close(gate) // the programming ends
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h, held := tn.State.Holders()[dev.DeviceName()]
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port %s is still held by %s 20 s after its admin programming ended", dev.DeviceName(), h)
+		}
+	}
+	if _, err := node.Program(ctx, control.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: testnode.SecondAFU, Admin: true}); err != nil {
+		t.Fatalf("the next admin programming of the released port: %v", err)
+	}
+}

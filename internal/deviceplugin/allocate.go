@@ -89,7 +89,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	}
 
 	opts := []state.PrepareOption{state.Supersede(func(uid types.UID) bool { return slices.Contains(mine, uid) })}
-	if rec, ok := p.cfg.State.Claim(h.UID); ok && !current(rec, reqs, devs) {
+	// A record not current, or rebuilt from a CDI spec after damage
+	// (naming no resource), is written anew.
+	if rec, ok := p.cfg.State.Claim(h.UID); ok && (!current(rec, reqs, devs) || rec.Name != r.fullName) {
 		opts = append(opts, state.Rebuild())
 	}
 	out, err := p.cfg.State.Prepare(ctx, h, reqs, devs, opts...)
@@ -145,6 +147,9 @@ func (p *Plugin) supersedable(fullName string, uid types.UID, reqs []state.Devic
 		resource, legacy := resources[other]
 		switch {
 		case other == "" || !legacy:
+		case other == uid && resource == "":
+			// Its own record, rebuilt from its CDI spec after damage
+			// (which names no resource): the allocation rebuilds it.
 		case resource == fullName:
 			if other != uid && !slices.Contains(mine, other) {
 				mine = append(mine, other)

@@ -101,3 +101,28 @@ func TestModeSwitchHoldRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoveredHolderAllocatesItsPort: a device-plugin hold rebuilt from
+// its CDI spec after a damaged checkpoint names no resource; its own
+// re-Allocate of its port (the same holder UID) is no mode switch and
+// rebuilds the record.
+func TestRecoveredHolderAllocatesItsPort(t *testing.T) {
+	const p0 = "fpga-0000-01-00-0-p0"
+	h := state.Holder{UID: "deviceplugin-af-" + p0} // as a record rebuilt from a spec
+	n := startNode(t, nodeOptions{
+		sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{simnode.DefaultAFUID, simnode.DefaultAFUID}},
+		mode: deviceplugin.ModeAF, cdi: true,
+		before: func(st *state.State, res *discovery.Result) {
+			if _, err := st.Prepare(context.Background(), h, []state.DeviceRequest{{Device: p0, Requests: []string{"dfl-port.0"}}}, res); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	c := n.client(t, n.kubelet.waitRegistrations(t, 1)[intelDomain+"/"+fixtureAF0])
+	if _, err := allocate(t, c, "dfl-port.0"); err != nil {
+		t.Fatalf("Allocate of dfl-port.0 by its own recovered holder: %v", err)
+	}
+	if rec, ok := n.state.Claim(h.UID); !ok || rec.Name != intelDomain+"/"+fixtureAF0 {
+		t.Fatalf("record after the Allocate: %+v, want it to name resource %s", rec, fixtureAF0)
+	}
+}

@@ -115,6 +115,9 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 					}
 					for _, name := range names {
 						inUse[use{d.GetResourceName(), name}] = true
+						// Under any resource: for a hold rebuilt from
+						// its CDI spec, whose record names none.
+						inUse[use{"", name}] = true
 					}
 				}
 			}

@@ -289,3 +289,27 @@ func TestReleaseStaleNeedsOwnPod(t *testing.T) {
 		t.Fatalf("released %v once the kubelet lists the daemon's pod, want %s after two lists", released, h0)
 	}
 }
+
+// TestReleaseStaleKeepsRecoveredHold: a hold rebuilt from its CDI spec
+// after a damaged checkpoint names no resource; a container that has its
+// port, under whichever resource, keeps it held.
+func TestReleaseStaleKeepsRecoveredHold(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{})
+	const p0 = "fpga-0000-01-00-0-p0"
+	h := state.Holder{UID: "deviceplugin-af-" + p0} // as a record rebuilt from a spec
+	if _, err := n.state.Prepare(ctx, h, []state.DeviceRequest{{Device: p0, Requests: []string{"dfl-port.0"}}}, n.plugin.Devices()); err != nil {
+		t.Fatal(err)
+	}
+	pr := &podResources{}
+	pr.set(nil, pod("a", intelDomain+"/"+fixtureAF0, "dfl-port.0"))
+	_, client := servePodResources(t, n.dir, pr)
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client}
+	if released := twoPasses(ctx, t, r, n.plugin.Devices()); len(released) > 0 {
+		t.Fatalf("released %v while a container has port dfl-port.0", released)
+	}
+	pr.set(nil)
+	if released := twoPasses(ctx, t, r, n.plugin.Devices()); !slices.Equal(released, []types.UID{h.UID}) {
+		t.Fatalf("released %v once no container has the port, want %s", released, h.UID)
+	}
+}

@@ -342,17 +342,7 @@ func TestStaleSpecNeverCompletesAFailedPrepare(t *testing.T) {
 	if _, err := n.State.Prepare(ctx, a, req, devs); err != nil {
 		t.Fatal(err)
 	}
-	// A reboot: another boot ID, the region erased.
-	if err := os.WriteFile(filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"), []byte("another-boot\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, port, err := n.Sim.Port(devs.Ports()[0].Node.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Sim.SetAFUID(port, simnode.DefaultAFUID); err != nil {
-		t.Fatal(err)
-	}
+	reboot(t, n, devs.Ports()[0])
 	rebooted := testnode.New(t, testnode.Options{Restart: n, Programmer: &program.SimProgrammer{FailDevices: []string{dev0}}})
 	if _, err := rebooted.State.Prepare(ctx, a, req, rebooted.Devices(t)); err == nil {
 		t.Fatal("prepare after the reboot succeeded with a failing programmer")

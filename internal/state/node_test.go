@@ -15,6 +15,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
@@ -127,4 +128,21 @@ func afuID(t testing.TB, n *testnode.Node, device string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// reboot makes n's node look rebooted: another boot ID, and the region of
+// port erased (the default AFU loaded). The next State started on it
+// (testnode.Options.Restart) reads the new boot ID.
+func reboot(t testing.TB, n *testnode.Node, port *discovery.Port) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"), []byte("another-boot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, p, err := n.Sim.Port(port.Node.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Sim.SetAFUID(p, simnode.DefaultAFUID); err != nil {
+		t.Fatal(err)
+	}
 }

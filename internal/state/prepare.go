@@ -226,6 +226,9 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	}
 	if len(op.jobs) > 0 {
 		var wasCompleted bool
+		s.mu.Lock()
+		undo := s.undoRecords(append([]types.UID{h.UID}, superseded...))
+		s.mu.Unlock()
 		err := s.commit(op.call, func(cp *Checkpoint) {
 			// An earlier record of the holder (another allocation of
 			// the claim, programmed before binding) frees the devices
@@ -246,6 +249,11 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 			}
 		})
 		if err != nil {
+			// Memory took the change the disk may not have: put back
+			// the records whose CDI specs stay.
+			if uerr := s.commit(op.call, undo); uerr != nil {
+				logger.Error(uerr, "Undoing the record of a claim whose programming could not start failed; the next flush or a restart corrects it")
+			}
 			err = fmt.Errorf("record claim %s before programming: %w", h, err)
 			s.abandonJobs(op.jobs, err)
 			s.finish(op, Outcome{}, err)

@@ -242,3 +242,37 @@ func TestSupersedeWithProgramming(t *testing.T) {
 	prepareUntilDone(t, n.State, l2, reqs, devs)
 	checkConsistent(t, n)
 }
+
+// TestFailedStartCommitKeepsTheRecord: a claim prepared again after a
+// reboot, whose record before programming cannot be written, keeps its
+// completed record and its CDI spec, in memory and, once the disk is
+// back, on the disk: no started record beside a spec.
+func TestFailedStartCommitKeepsTheRecord(t *testing.T) {
+	a := holder("a")
+	cfg := ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)
+	n, dev := preparedNode(t, a, cfg)
+	req := request(dev, cfg)
+	ctx := context.Background()
+	reboot(t, n, n.Devices(t).Ports()[0])
+	r := testnode.New(t, testnode.Options{Restart: n})
+	state.BreakCheckpointWrites(r.State)
+	if _, err := r.State.Prepare(ctx, a, req, r.Devices(t)); err == nil {
+		t.Fatal("a prepare whose hold could not be recorded succeeded")
+	}
+	if err := state.HealCheckpointWrites(r.State); err != nil {
+		t.Fatal(err)
+	}
+	// The next durable answer flushes what memory holds.
+	if err := r.State.Unprepare(ctx, "uid-nobody"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, ok := r.State.Claim(a.UID); !ok || rec.Phase != state.PhaseCompleted {
+		t.Fatalf("record after the failed start: %+v, want the completed one", rec)
+	}
+	checkConsistent(t, r)
+	prepareUntilDone(t, r.State, a, req, r.Devices(t))
+	if got := afuID(t, r, dev); got != testnode.NewAFU {
+		t.Fatalf("region carries %s after the retried prepare, want %s", got, testnode.NewAFU)
+	}
+	checkConsistent(t, r)
+}

@@ -174,7 +174,7 @@ func timedOut(addr, attr string, timeout time.Duration) error {
 	if attr == "" {
 		attr = "its sysfs directory"
 	}
-	return fmt.Errorf("card %s: read of %s timed out after %s: the card is left out until that read returns", addr, attr, timeout)
+	return fmt.Errorf("card %s: read of %s %w after %s: the card is left out until that read returns", addr, attr, ErrReadTimedOut, timeout)
 }
 
 // ErrReadTimedOut is matched by the error of a ReadBounded that stopped

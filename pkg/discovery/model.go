@@ -9,7 +9,9 @@
 package discovery
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -297,6 +299,15 @@ type Result struct {
 	// Started is when the pass began. A card it kept from an earlier pass
 	// (see Card.ReadAt) is only as recent as that pass.
 	Started time.Time
+}
+
+// leftOutStuck reports whether r left a card out because a read of it
+// was stuck (a card no earlier pass had read); false for a nil Result.
+func (r *Result) leftOutStuck() bool {
+	if r == nil {
+		return false
+	}
+	return slices.ContainsFunc(r.Errors, func(err error) bool { return errors.Is(err, ErrReadTimedOut) })
 }
 
 // Ports returns every port of every card, in card order (none for a nil

@@ -14,7 +14,8 @@ import (
 
 // Watcher keeps a discovery result current. A relevant kernel uevent (a
 // card or port added or removed) triggers a full rescan, and so does a read
-// that a pass gave up on as stuck once it returns; every Interval only
+// that a pass gave up on as stuck once it returns, when the card was left
+// out for it (see rescanOnReturn); every Interval only
 // the ID, error and device-node attributes are re-read (Scanner.Refresh),
 // never the whole tree. Each result that differs from the previous one is
 // handed to OnChange, from one goroutine, in order.
@@ -103,6 +104,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	var settleC <-chan time.Time
+	var lastReturnScan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,9 +117,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 			settleC = nil
 			w.scan(ctx)
 		case <-w.Scanner.Returned():
-			// A card a stuck read kept out of the results, or kept as
-			// an earlier pass read it, can be read again.
-			w.scan(ctx)
+			if now := time.Now(); rescanOnReturn(w.Current(), lastReturnScan, now, interval) {
+				lastReturnScan = now
+				w.scan(ctx)
+			}
 		case full := <-w.poke:
 			if full {
 				w.scan(ctx)
@@ -125,13 +128,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.refresh(ctx)
 			}
 		case <-ticker.C:
-			if w.Events == nil {
+			if w.Events == nil || w.Current().leftOutStuck() {
 				w.scan(ctx)
 			} else {
 				w.refresh(ctx)
 			}
 		}
 	}
+}
+
+// rescanOnReturn decides whether a stuck read that returned makes the
+// watcher rescan at once: only when the current result left a card out
+// for a stuck read (a refresh never looks for cards), and at most once an
+// interval, so that a card whose every read outlasts the timeout is not
+// rescanned back to back. Otherwise the periodic pass reads it again
+// (ticks rescan while a card is left out).
+func rescanOnReturn(cur *Result, last, now time.Time, interval time.Duration) bool {
+	return cur.leftOutStuck() && now.Sub(last) >= interval
 }
 
 func (w *Watcher) readEvents(ctx context.Context, hotplug chan<- struct{}) {

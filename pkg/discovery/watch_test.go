@@ -2,6 +2,7 @@ package discovery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,33 @@ func TestWatcherFindsCardOnceStuckReadReturns(t *testing.T) {
 	res := next(t, results)
 	if len(res.Cards) != 2 || len(res.Errors) != 0 || !portHealth(t, res, 1).Healthy {
 		t.Fatalf("after the stuck read returned: %d cards, errors %v; want both cards, healthy", len(res.Cards), res.Errors)
+	}
+}
+
+// TestRescanOnReturn: a stuck read that returns makes the watcher rescan
+// at once only when a card was left out for it, and at most once an
+// interval; a card kept as an earlier pass read it waits for the periodic
+// pass, so a card whose every read outlasts the timeout is not rescanned
+// back to back.
+func TestRescanOnReturn(t *testing.T) {
+	const interval = 30 * time.Second
+	now := time.Now()
+	leftOut := &discovery.Result{Errors: []error{discovery.TimedOut("0000:02:00.0", "afu_id", time.Second)}}
+	kept := &discovery.Result{Cards: []*discovery.Card{{PCIAddress: "0000:02:00.0"}}, Errors: []error{errors.New("card 0000:03:00.0: no interface ID")}}
+	for _, tc := range []struct {
+		name string
+		cur  *discovery.Result
+		last time.Time
+		want bool
+	}{
+		{"card left out, first return", leftOut, time.Time{}, true},
+		{"card left out, rescanned an interval ago", leftOut, now.Add(-interval), true},
+		{"card left out, rescanned just now", leftOut, now.Add(-time.Second), false},
+		{"card kept from an earlier pass", kept, time.Time{}, false},
+		{"no result yet", nil, time.Time{}, false},
+	} {
+		if got := discovery.RescanOnReturn(tc.cur, tc.last, now, interval); got != tc.want {
+			t.Errorf("%s: rescan %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -197,7 +197,7 @@ func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, 
 			return fmt.Errorf("%w: read of %s of port %s timed out after %s: what the region holds after programming %s is unknown: %w",
 				ErrVerifyFailed, attr, port.DeviceName(), readTimeout, bs.Path, err)
 		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("%w: port %s: gave up reading %s: %w", ErrVerifyFailed, port.DeviceName(), attr, context.Cause(ctx))
+			return stoppedVerifying(ctx, port, attr, bs)
 		}
 		if err == nil {
 			if id != bs.AFUID {
@@ -222,8 +222,14 @@ func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, 
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return fmt.Errorf("%w: port %s: gave up waiting for afu_id: %w", ErrVerifyFailed, port.DeviceName(), ctx.Err())
+			return stoppedVerifying(ctx, port, attr, bs)
 		case <-timer.C:
 		}
 	}
+}
+
+// stoppedVerifying is the error of a read-back that ctx stopped: it says
+// nothing of the device (no ErrVerifyFailed) and wraps ctx's cause.
+func stoppedVerifying(ctx context.Context, port *discovery.Port, attr string, bs *Bitstream) error {
+	return fmt.Errorf("port %s: gave up reading %s back after programming %s, stopped by the caller; what the region holds is unknown: %w", port.DeviceName(), attr, bs.Path, context.Cause(ctx))
 }

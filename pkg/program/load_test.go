@@ -182,8 +182,9 @@ func TestLoadVerifyGivesUp(t *testing.T) {
 			return "", busy(p)
 		}}
 		_, err := Load(ctx, &SimProgrammer{}, card, card.Ports[0], bs, opts)
-		if !errors.Is(err, ErrVerifyFailed) || !errors.Is(err, context.Canceled) {
-			t.Errorf("got %v, want ErrVerifyFailed and context.Canceled", err)
+		// Stopped by its caller (a release): no fault of the device.
+		if errors.Is(err, ErrVerifyFailed) || !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled and not ErrVerifyFailed", err)
 		}
 	})
 	t.Run("unreadable", func(t *testing.T) {

@@ -1,0 +1,7 @@
+package discovery
+
+// Unexported parts the external tests use.
+var (
+	RescanOnReturn = rescanOnReturn
+	TimedOut       = timedOut
+)
