@@ -300,7 +300,7 @@ func run(ctx context.Context, f runFlags) error {
 		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
 		unregister = stop
 		// Holds of an earlier mode's resources: no Allocate supersedes them.
-		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, func(resource string) bool { return !p.Serves(resource) }, f.selfPod())
+		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, p.Releasable, f.selfPod())
 	} else {
 		activateDRA(f, client, st, d)
 		devices, refresh, unregister, stop = d.Devices, d.RefreshDevices, d.Unregister, d.Stop

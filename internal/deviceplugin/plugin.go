@@ -195,6 +195,30 @@ func (p *Plugin) Serves(fullName string) bool {
 	return ok
 }
 
+// Releasable reports whether the stale releaser may release a hold made
+// for resource on devices (DRA device names) while the endpoint serves
+// (StaleReleaser.Only): when the endpoint does not serve resource, or no
+// longer offers every one of devices under it (a port's AFU changed), no
+// Allocate can be recording such a hold, nor supersede it.
+func (p *Plugin) Releasable(resource string, devices []string) bool {
+	p.mu.Lock()
+	r := p.servers[resource]
+	p.mu.Unlock()
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range devices {
+		if !slices.ContainsFunc(r.devices, func(d *device) bool {
+			return slices.ContainsFunc(d.ports, func(p *discovery.Port) bool { return p.DeviceName() == name })
+		}) {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *Plugin) poke() {
 	select {
 	case p.kick <- struct{}{}:

@@ -54,10 +54,12 @@ func LegacyHolders(st *state.State) []types.UID {
 type StaleReleaser struct {
 	State *state.State
 	Pods  podresourcesv1.PodResourcesListerClient
-	// Only, when set, limits the release to holders made for a resource
-	// it accepts: while the endpoint serves, those of resources it does
-	// not serve (an earlier mode's), which no Allocate can be recording.
-	Only func(resource string) bool
+	// Only, when set, limits the release to holders it accepts, by the
+	// resource they were made for and their devices: while the endpoint
+	// serves (Plugin.Releasable), those no Allocate can be recording: of
+	// a resource it does not serve (an earlier mode's), or whose ports it
+	// no longer offers under their resource (their AFU changed).
+	Only func(resource string, devices []string) bool
 	// Self, when set, is this daemon's own pod ("namespace/name"): a list
 	// without it comes from a kubelet that has not synced its pods (it
 	// restarted and cannot reach the API server yet, while the containers
@@ -152,10 +154,20 @@ func (r *StaleReleaser) candidates() []types.UID {
 	if r.Only == nil {
 		return holders
 	}
-	resources := legacyResources(r.State)
+	records := map[types.UID]state.ClaimRecord{}
+	for _, rec := range r.State.Records() {
+		records[types.UID(rec.UID)] = rec
+	}
 	return slices.DeleteFunc(holders, func(uid types.UID) bool {
-		resource, ok := resources[uid]
-		return !ok || !r.Only(resource)
+		rec, ok := records[uid]
+		if !ok {
+			return true
+		}
+		devices := make([]string, len(rec.Devices))
+		for i, d := range rec.Devices {
+			devices[i] = d.Device
+		}
+		return !r.Only(rec.Name, devices)
 	})
 }
 
@@ -164,10 +176,10 @@ func (r *StaleReleaser) candidates() []types.UID {
 // ends, dialing the kubelet's pod-resources socket only when there is
 // something to release. devs returns the node's current devices; self is
 // StaleReleaser.Self. With only set (see StaleReleaser.Only: the endpoint
-// serves), it releases only the holders of resources only accepts and
-// runs until ctx ends, as such holders can appear later (a port's AFU
-// changed under its container). Failures are logged and retried.
-func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result, only func(resource string) bool, self string) {
+// serves), it releases only the holders only accepts and runs until ctx
+// ends, as such holders can appear later (a port's AFU changed under its
+// container). Failures are logged and retried.
+func ReleaseStaleHolds(ctx context.Context, st *state.State, socket string, interval time.Duration, devs func() *discovery.Result, only func(resource string, devices []string) bool, self string) {
 	logger := klog.FromContext(ctx)
 	if only == nil && len(LegacyHolders(st)) == 0 {
 		return

@@ -22,6 +22,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
 // podResources is the kubelet's pod-resources service as a test serves
@@ -239,7 +240,7 @@ func TestReleaseStaleOnly(t *testing.T) {
 	pr := &podResources{}
 	_, client := servePodResources(t, n.dir, pr)
 	// r1 stands for a resource of an earlier mode.
-	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client, Only: func(resource string) bool { return resource == r1 }}
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client, Only: func(resource string, _ []string) bool { return resource == r1 }}
 	released := twoPasses(ctx, t, r, n.plugin.Devices())
 	if !slices.Equal(released, []types.UID{h1}) || len(deviceplugin.LegacyHolders(n.state)) != 1 {
 		t.Fatalf("released %v, left %v: want only %s (resource %s) released", released, deviceplugin.LegacyHolders(n.state), h1, r1)
@@ -311,5 +312,41 @@ func TestReleaseStaleKeepsRecoveredHold(t *testing.T) {
 	pr.set(nil)
 	if released := twoPasses(ctx, t, r, n.plugin.Devices()); !slices.Equal(released, []types.UID{h.UID}) {
 		t.Fatalf("released %v once no container has the port, want %s", released, h.UID)
+	}
+}
+
+// TestReleaseStaleAFUChanged: while the endpoint serves, a hold made for
+// an af resource on a port that no longer carries that resource's AFU
+// (reset or reprogrammed under its container) is released once no
+// container has the port, although the resource is still served by
+// another port: no Allocate of that resource can take the port over.
+func TestReleaseStaleAFUChanged(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const p0 = "fpga-0000-01-00-0-p0"
+	old := state.Holder{UID: "deviceplugin-af-" + p0, Namespace: deviceplugin.LegacyNamespace, Name: intelDomain + "/" + fixtureAF0}
+	n := startNode(t, nodeOptions{
+		// Port 0 carries the second AFU now, port 1 the first.
+		sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{simnode.SecondAFUID, simnode.DefaultAFUID}},
+		mode: deviceplugin.ModeAF, cdi: true,
+		before: func(st *state.State, res *discovery.Result) {
+			if _, err := st.Prepare(context.Background(), old, []state.DeviceRequest{{Device: p0, Requests: []string{"dfl-port.0"}}}, res); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	n.kubelet.waitRegistrations(t, 2)
+	if !n.plugin.Serves(old.Name) {
+		t.Fatalf("resource %s is not served", old.Name)
+	}
+	pr := &podResources{}
+	pr.set(nil, pod("a", old.Name, "dfl-port.0"))
+	_, client := servePodResources(t, n.dir, pr)
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client, Only: n.plugin.Releasable}
+	if released := twoPasses(ctx, t, r, n.plugin.Devices()); len(released) > 0 {
+		t.Fatalf("released %v while its container has the port", released)
+	}
+	pr.set(nil)
+	if released := twoPasses(ctx, t, r, n.plugin.Devices()); !slices.Equal(released, []types.UID{old.UID}) {
+		t.Fatalf("released %v once no container has the port, want %s", released, old.UID)
 	}
 }
