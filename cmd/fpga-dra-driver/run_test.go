@@ -151,14 +151,7 @@ func TestStopWhileBootIDIsStuck(t *testing.T) {
 	w := openFIFOWriter(t, bootID, done, "start-up to read the boot ID")
 	defer w.Close()
 	cancel() // what SIGTERM does through signal.NotifyContext
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run stopped while reading the boot ID with %v, want a clean exit", err)
-		}
-	case <-time.After(stopFailSafe):
-		t.Fatalf("run did not return within %s of the stop while start-up read the boot ID", stopFailSafe)
-	}
+	waitStopped(t, done, "start-up read the boot ID")
 }
 
 // simDaemonArgs are the arguments of a DRA daemon on the simulated node
@@ -237,15 +230,22 @@ func TestStopWhileRefreshIsStuck(t *testing.T) {
 			}
 
 			cancel() // what SIGTERM does through signal.NotifyContext
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("run stopped while a refresh was stuck with %v, want a clean exit", err)
-				}
-			case <-time.After(stopFailSafe):
-				t.Fatalf("run did not return within %s of the stop while a refresh was stuck in a sysfs read", stopFailSafe)
-			}
+			waitStopped(t, done, "a refresh was stuck in a sysfs read")
 		})
+	}
+}
+
+// waitStopped waits for run's result on done after a stop, while what
+// went on: a clean exit within stopFailSafe.
+func waitStopped(t *testing.T, done <-chan error, while string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run stopped while %s with %v, want a clean exit", while, err)
+		}
+	case <-time.After(stopFailSafe):
+		t.Fatalf("run did not return within %s of the stop while %s", stopFailSafe, while)
 	}
 }
 

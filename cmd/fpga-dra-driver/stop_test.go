@@ -93,14 +93,7 @@ func TestStopCancelsProgrammingAfterShutdownWait(t *testing.T) {
 
 	stopped := time.Now()
 	cancel() // what SIGTERM does through signal.NotifyContext
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run stopped with %v, want a clean exit", err)
-		}
-	case <-time.After(stopFailSafe):
-		t.Fatalf("run did not return within %s of the stop", stopFailSafe)
-	}
+	waitStopped(t, done, "an admin programmed a region")
 	if took := time.Since(stopped); took >= shutdownWait+jobStopWait {
 		t.Errorf("the stop took %s; want less than the shutdown wait (%s) and the wait for cancelled programming (%s): programming stops at once when cancelled", took, shutdownWait, jobStopWait)
 	}

@@ -187,24 +187,23 @@ func (n *Node) programFree(ctx context.Context, port *discovery.Port, ifID, afuI
 	h := state.Holder{UID: types.UID(adminHolderPrefix + name + "-" + strings.ToLower(rand.Text())), Namespace: "admin", Name: "fpga-dra-driver-program"}
 	defer func() {
 		logger := klog.FromContext(ctx)
-		release := func() error { return n.State.Unprepare(context.WithoutCancel(ctx), h.UID) }
-		err := release()
-		if errors.Is(err, state.ErrReleasing) {
-			// Programming that cannot be stopped outlives the request
-			// (its client went away): release the port once it ended.
-			// Each Unprepare waits the State's ReleaseWait.
-			go func() {
-				for errors.Is(err, state.ErrReleasing) {
-					err = release()
-				}
-				if err != nil {
-					logger.Error(err, "Releasing the port after admin programming failed", "device", name)
-				}
-			}()
-			return
+		unprepare := func() error { return n.State.Unprepare(context.WithoutCancel(ctx), h.UID) }
+		// finish retries while programming that cannot be stopped
+		// outlives the request (its client went away): each Unprepare
+		// answers ErrReleasing after the State's ReleaseWait, and the
+		// port is released once the programming ended.
+		finish := func(err error) {
+			for errors.Is(err, state.ErrReleasing) {
+				err = unprepare()
+			}
+			if err != nil {
+				logger.Error(err, "Releasing the port after admin programming failed", "device", name)
+			}
 		}
-		if err != nil {
-			logger.Error(err, "Releasing the port after admin programming failed", "device", name)
+		if err := unprepare(); errors.Is(err, state.ErrReleasing) {
+			go finish(err)
+		} else {
+			finish(err)
 		}
 	}()
 	req := []state.DeviceRequest{{Device: name, Config: &v1alpha1.FpgaConfig{AFUID: afuID, InterfaceID: ifID, Programming: v1alpha1.ProgrammingIfNeeded}}}

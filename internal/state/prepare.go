@@ -225,9 +225,10 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		return
 	}
 	if len(op.jobs) > 0 {
-		var wasCompleted bool
 		s.mu.Lock()
 		undo := s.undoRecords(append([]types.UID{h.UID}, superseded...))
+		prev := s.cp.Claims[string(h.UID)]
+		wasCompleted := prev != nil && prev.Phase == PhaseCompleted
 		s.mu.Unlock()
 		err := s.commit(op.call, func(cp *Checkpoint) {
 			// An earlier record of the holder (another allocation of
@@ -235,9 +236,6 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 			// the plans do not name. Superseded holders are released
 			// here, not after programming: one device, one holder, on
 			// the disk too.
-			if prev := cp.Claims[string(h.UID)]; prev != nil {
-				wasCompleted = prev.Phase == PhaseCompleted
-			}
 			s.dropRecord(h.UID)
 			for _, other := range superseded {
 				s.dropRecord(other)

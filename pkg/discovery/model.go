@@ -155,9 +155,8 @@ type Card struct {
 	tempCrit int64
 	// mgmtPath is the management function's sysfs directory ("" without).
 	mgmtPath string
-	// stale marks a stalled copy: the card as an earlier pass read it.
-	stale bool
-	// readAt is when the pass that read what the card shows began.
+	// readAt is when the pass that read what the card shows began: zero
+	// while the pass that reads it runs; a stalled copy keeps its own.
 	readAt time.Time
 }
 

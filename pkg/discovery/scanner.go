@@ -69,6 +69,12 @@ func (s *Scanner) stuckCards() map[string]stuckRead {
 func (s *Scanner) Returned() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.returnedLocked()
+}
+
+// returnedLocked is Returned's channel, made at first use. The caller
+// holds mu.
+func (s *Scanner) returnedLocked() chan struct{} {
 	if s.returned == nil {
 		s.returned = make(chan struct{}, 1)
 	}
@@ -84,11 +90,8 @@ func (s *Scanner) setStuck(pciPath string, r stuckRead, stuck bool) {
 			return
 		}
 		delete(s.stuck, pciPath)
-		if s.returned == nil {
-			s.returned = make(chan struct{}, 1)
-		}
 		select {
-		case s.returned <- struct{}{}:
+		case s.returnedLocked() <- struct{}{}:
 		default:
 		}
 		return
@@ -115,7 +118,6 @@ func (s *Scanner) remember(res *Result) {
 func stalled(c *Card, r stuckRead, timeout time.Duration) *Card {
 	h := r.health(c.PCIAddress, timeout)
 	out := *c
-	out.stale = true
 	out.Ports = make([]*Port, len(c.Ports))
 	for i, p := range c.Ports {
 		q := *p
@@ -176,7 +178,7 @@ func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
 	}
 	sort.SliceStable(res.Cards, func(i, j int) bool { return res.Cards[i].PCIAddress < res.Cards[j].PCIAddress })
 	for _, c := range res.Cards {
-		if !c.stale {
+		if c.readAt.IsZero() { // read by this pass, not kept stalled
 			c.readAt = res.Started
 		}
 	}
@@ -259,9 +261,8 @@ func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, boo
 	}
 	for k, i := range todo {
 		if done[k] {
-			c := results[k].card
-			c.stale, c.readAt = false, res.Started
-			res.Cards[i], changes[i] = c, results[k].changed || old.Cards[i].stale
+			results[k].card.readAt = res.Started
+			res.Cards[i], changes[i] = results[k].card, results[k].changed
 			continue
 		}
 		r := stuckRead{attr: trackers[k].current(), since: time.Now()}
