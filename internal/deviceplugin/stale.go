@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -66,8 +67,9 @@ type StaleReleaser struct {
 	// it had keep running) and proves nothing.
 	Self string
 
-	// unused are the holders the previous Pass found no container using.
-	unused map[types.UID]bool
+	// unused are the holders the previous Pass found no container using,
+	// with their versions read before that Pass listed the pods.
+	unused map[types.UID]state.Version
 }
 
 // Pass lists the kubelet's pod resources once and returns the legacy
@@ -82,6 +84,12 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	if len(holders) == 0 {
 		r.unused = nil
 		return nil, nil
+	}
+	// Read before the list: an Allocate of a holder after this may be
+	// missing from the list, and changes the holder's version.
+	versions := make(map[types.UID]state.Version, len(holders))
+	for _, uid := range holders {
+		versions[uid] = r.State.Version(uid)
 	}
 	resp, err := r.Pods.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
@@ -125,7 +133,7 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 			}
 		}
 	}
-	unused := map[types.UID]bool{}
+	unused := map[types.UID]state.Version{}
 	var released []types.UID
 	for _, uid := range holders {
 		rec, ok := r.State.Claim(uid)
@@ -133,11 +141,19 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 			slices.ContainsFunc(rec.Devices, func(d state.DeviceRecord) bool { return inUse[use{rec.Name, d.Device}] }) {
 			continue
 		}
-		unused[uid] = true
-		if !r.unused[uid] {
+		unused[uid] = versions[uid]
+		before, seen := r.unused[uid]
+		if !seen || before != versions[uid] {
 			continue // confirmed by the next list
 		}
-		if err := r.State.Unprepare(ctx, uid); err != nil {
+		// Unchanged since before the previous list: no Allocate came
+		// that either list could have missed.
+		err := r.State.Unprepare(ctx, uid, state.IfUnchanged(before))
+		if errors.Is(err, state.ErrChanged) {
+			delete(unused, uid)
+			continue
+		}
+		if err != nil {
 			return released, fmt.Errorf("release stale legacy holder %s: %w", uid, err)
 		}
 		delete(unused, uid)

@@ -35,12 +35,17 @@ type podResources struct {
 	calls int
 	// listed, when not nil, receives a value after each List.
 	listed chan struct{}
+	// during, when not nil, runs in each List before it answers.
+	during func()
 }
 
 func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
+	if p.during != nil {
+		p.during()
+	}
 	if p.listed != nil {
 		defer func() { p.listed <- struct{}{} }()
 	}
@@ -348,5 +353,50 @@ func TestReleaseStaleAFUChanged(t *testing.T) {
 	pr.set(nil)
 	if released := twoPasses(ctx, t, r, n.plugin.Devices()); !slices.Equal(released, []types.UID{old.UID}) {
 		t.Fatalf("released %v once no container has the port, want %s", released, old.UID)
+	}
+}
+
+// TestReleaseStaleAllocatedMeanwhile: an Allocate of a holder's port for a
+// new container, which the kubelet's list may not show yet, keeps the
+// hold: one between two lists (the second may still miss the container),
+// and one while the list that would confirm the release is being made.
+func TestReleaseStaleAllocatedMeanwhile(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	n := startNode(t, nodeOptions{})
+	regs := n.kubelet.waitRegistrations(t, 2)
+	r0 := intelDomain + "/" + fixtureAF0
+	c := n.client(t, regs[r0])
+	if _, err := allocate(t, c, "dfl-port.0"); err != nil {
+		t.Fatal(err)
+	}
+	h0 := types.UID("deviceplugin-af-fpga-0000-01-00-0-p0")
+	pr := &podResources{}
+	_, client := servePodResources(t, n.dir, pr)
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client}
+	devs := n.plugin.Devices()
+	pass := func(what string) {
+		t.Helper()
+		got, err := r.Pass(ctx, devs)
+		if err != nil || len(got) > 0 || !slices.Equal(deviceplugin.LegacyHolders(n.state), []types.UID{h0}) {
+			t.Fatalf("%s: released %v (%v), holders %v; want %s kept", what, got, err, deviceplugin.LegacyHolders(n.state), h0)
+		}
+	}
+
+	pass("first list without a container")
+	if _, err := allocate(t, c, "dfl-port.0"); err != nil {
+		t.Fatal(err)
+	}
+	pass("second list, missing the container allocated after the first")
+	pr.during = func() {
+		pr.during = nil
+		if _, err := allocate(t, c, "dfl-port.0"); err != nil {
+			t.Error(err)
+		}
+	}
+	pass("a list made while a container is allocated the port")
+	// Two lists after the last Allocate, both without a container.
+	pass("first list after the last Allocate")
+	if got, err := r.Pass(ctx, devs); err != nil || !slices.Equal(got, []types.UID{h0}) {
+		t.Fatalf("second list after the last Allocate: released %v (%v), want %s", got, err, h0)
 	}
 }

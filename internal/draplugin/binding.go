@@ -244,11 +244,14 @@ func (b *Binder) release(ctx context.Context, uid types.UID) error {
 	b.mu.Lock()
 	delete(b.superseded, uid)
 	b.mu.Unlock()
+	v := b.Claims.State.Version(uid)
 	rec, ok := b.Claims.State.Claim(uid)
 	if ok && rec.Phase == state.PhaseCompleted {
 		return nil
 	}
-	if err := b.Claims.State.Unprepare(ctx, uid); err != nil {
+	// A prepare since v (the kubelet's may complete it) fails this with
+	// ErrChanged: sync then looks again.
+	if err := b.Claims.State.Unprepare(ctx, uid, state.IfUnchanged(v)); err != nil {
 		return fmt.Errorf("release claim %s, deallocated before its pod was bound: %w", uid, err)
 	}
 	if ok {

@@ -145,9 +145,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		// Answered from the record, in an operation of its own: a
 		// release waits for it, and no prepare supersedes the holder,
 		// while it rewrites a missing CDI spec.
-		op := &op{holder: h, cancel: func(error) {}, done: make(chan struct{}), beforeBinding: o.beforeBinding, call: o.call}
-		s.ops[h.UID] = op
-		return op, rec.clone(), nil, nil, nil
+		return s.newOp(h, func(error) {}, o), rec.clone(), nil, nil, nil
 	}
 	var superseded []types.UID
 	may := func(other types.UID) bool {
@@ -183,8 +181,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	// s.ctx, WaitIdle waits for them, and runJob starts none once s.ctx
 	// has ended.
 	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(s.ctx))
-	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding, call: o.call}
-	s.ops[h.UID] = op
+	op := s.newOp(h, cancel, o)
 	for _, p := range plans {
 		s.holds[p.req.Device] = h.UID
 		if p.Program {
@@ -194,6 +191,15 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	}
 	s.step(StepReserved, h.UID)
 	return op, nil, plans, superseded, nil
+}
+
+// newOp starts a prepare operation of h, a change of its Version.
+// Caller holds mu.
+func (s *State) newOp(h Holder, cancel context.CancelCauseFunc, o prepareOptions) *op {
+	op := &op{holder: h, cancel: cancel, done: make(chan struct{}), beforeBinding: o.beforeBinding, call: o.call}
+	s.ops[h.UID] = op
+	s.changed(h.UID)
+	return op
 }
 
 // holdsRecord reports whether uid holds every device of its record rec.
@@ -422,9 +428,11 @@ func (s *State) finish(op *op, out Outcome, err error) {
 	}
 	close(op.done)
 	s.journal.wake() // one operation fewer to wait for
+	s.changed(op.holder.UID)
 	if len(out.Programmed) == 0 && !op.release {
 		op.reported = true
 		delete(s.ops, op.holder.UID)
+		s.forgetVersion(op.holder.UID)
 	}
 }
 
@@ -450,6 +458,7 @@ func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
 	op.reported = true
 	if s.ops[op.holder.UID] == op {
 		delete(s.ops, op.holder.UID)
+		s.forgetVersion(op.holder.UID)
 	}
 	return out, op.err
 }

@@ -311,6 +311,31 @@ func TestRaceEntryPoints(t *testing.T) {
 			}
 		},
 	}, {
+		name: "a legacy allocation allocated again while its release is decided", rounds: 1500,
+		setup: allocateL1,
+		run: func(r *racingNode) (error, error) {
+			v := r.State.Version(l1.UID) // read before the evidence, as the stale releaser does
+			return race(
+				func() error {
+					_, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy))
+					return err
+				},
+				func() error { return r.State.Unprepare(ctx, l1.UID, state.IfUnchanged(v)) })
+		},
+		check: func(t *testing.T, r *racingNode, errP, errU error) {
+			if errU != nil && !errors.Is(errU, state.ErrChanged) {
+				t.Fatalf("conditional release: %v", errU)
+			}
+			if errP != nil && !errors.Is(errP, state.ErrReleasing) {
+				t.Fatalf("allocation racing a conditional release: %v", errP)
+			}
+			// An answered allocation is never released under its
+			// container.
+			if held := r.State.Holders()[r.dev] == l1.UID; (errP == nil) != held {
+				t.Fatalf("allocation answered %v, device held by it: %v (release: %v)", errP, held, errU)
+			}
+		},
+	}, {
 		name: "unprepare of the holder and prepare of another claim", rounds: 300,
 		setup: func(t *testing.T, r *racingNode) {
 			if _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); err != nil {

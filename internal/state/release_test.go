@@ -276,3 +276,82 @@ func TestFailedStartCommitKeepsTheRecord(t *testing.T) {
 	}
 	checkConsistent(t, r)
 }
+
+// TestUnprepareIfUnchanged: a release decided on evidence read after the
+// holder's Version releases nothing when a prepare of the holder began, or
+// one that was running ended, since that Version; otherwise it releases
+// like Unprepare. Versions never come back while the holder is known.
+func TestUnprepareIfUnchanged(t *testing.T) {
+	ctx := context.Background()
+	a := legacy("a")
+	n, dev := preparedNode(t, a, nil)
+	devs := n.Devices(t)
+	kept := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, state.ErrChanged) || !strings.Contains(err.Error(), string(a.UID)) {
+			t.Fatalf("%s: unprepare %v, want ErrChanged naming %s", what, err, a.UID)
+		}
+		if _, ok := n.State.Claim(a.UID); !ok || n.State.Holders()[dev] != a.UID {
+			t.Fatalf("%s: %s released", what, a.UID)
+		}
+		checkConsistent(t, n)
+	}
+
+	v := n.State.Version(a.UID)
+	if v == 0 {
+		t.Fatal("a prepared holder has Version 0")
+	}
+	// Prepared again (a device plugin's Allocate for a new container),
+	// answered from its record.
+	if _, err := n.State.Prepare(ctx, a, request(dev, nil), devs); err != nil {
+		t.Fatal(err)
+	}
+	v2 := n.State.Version(a.UID)
+	if v2 == v {
+		t.Fatal("Version unchanged by a prepare")
+	}
+	kept("prepared since", n.State.Unprepare(ctx, a.UID, state.IfUnchanged(v)))
+
+	// A prepare running when the Version is read, ended before the release.
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n2 := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim, PrepareWait: time.Millisecond})
+	devs2 := n2.Devices(t)
+	b := holder("b")
+	dev2 := devs2.Ports()[0].DeviceName()
+	before := n2.State.Version(b.UID)
+	if _, err := n2.State.Prepare(ctx, b, request(dev2, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs2); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare held at the gate: %v, want in progress", err)
+	}
+	<-started
+	// Begun since, still running: neither released nor cancelled.
+	if err := n2.State.Unprepare(ctx, b.UID, state.IfUnchanged(before)); !errors.Is(err, state.ErrChanged) {
+		t.Fatalf("unprepare of a prepare begun since: %v, want ErrChanged", err)
+	}
+	running := n2.State.Version(b.UID)
+	close(gate)
+	prepareUntilDone(t, n2.State, b, request(dev2, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs2)
+	if err := n2.State.Unprepare(ctx, b.UID, state.IfUnchanged(running)); !errors.Is(err, state.ErrChanged) {
+		t.Fatalf("unprepare of a prepare that completed since: %v, want ErrChanged", err)
+	}
+	if rec, ok := n2.State.Claim(b.UID); !ok || rec.Phase != state.PhaseCompleted {
+		t.Fatalf("record %+v (%v) after a refused release, want it completed", rec, ok)
+	}
+
+	// Unchanged: released, and the Version goes.
+	if err := n.State.Unprepare(ctx, a.UID, state.IfUnchanged(v2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.State.Claim(a.UID); ok || n.State.Holders()[dev] != "" || n.State.Version(a.UID) != 0 {
+		t.Fatalf("not released: record %v, holder %q, version %d", ok, n.State.Holders()[dev], n.State.Version(a.UID))
+	}
+	checkConsistent(t, n)
+	// Prepared anew: a Version the old one never equals.
+	if _, err := n.State.Prepare(ctx, a, request(dev, nil), devs); err != nil {
+		t.Fatal(err)
+	}
+	if v3 := n.State.Version(a.UID); v3 == v || v3 == v2 || v3 == 0 {
+		t.Fatalf("Version %d after a new prepare, was %d and %d", v3, v, v2)
+	}
+}

@@ -199,6 +199,9 @@ var (
 	ErrNotProgrammable = errors.New("programming forbidden on this node")
 	// ErrAFUNotLoaded: programming: Never, and the AFU is not there.
 	ErrAFUNotLoaded = errors.New("accelerator function not loaded")
+	// ErrChanged: Unprepare with IfUnchanged found the holder prepared
+	// since; nothing was released.
+	ErrChanged = errors.New("holder changed")
 	// ErrNotHeld: a device is not prepared for the holder that asked.
 	ErrNotHeld = errors.New("device not prepared for this holder")
 )
@@ -232,6 +235,10 @@ type State struct {
 	loaded map[string]loadedFile
 	// gen counts changes of cp; see commit.go.
 	gen uint64
+	// versions is the Version of each holder with a record or an
+	// operation; lastVersion is the latest one handed out.
+	versions    map[types.UID]Version
+	lastVersion Version
 
 	// journal group-commits the checkpoint.
 	journal journal
@@ -276,6 +283,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		holds:     map[string]types.UID{},
 		ops:       map[types.UID]*op{},
 		releasing: map[types.UID]bool{},
+		versions:  map[types.UID]Version{},
 		jobs:      map[string]*job{},
 		ports:     map[string]*sync.Mutex{},
 		loaded:    map[string]loadedFile{},
@@ -338,6 +346,36 @@ func (s *State) Claim(uid types.UID) (ClaimRecord, bool) {
 		return ClaimRecord{}, false
 	}
 	return *rec.clone(), true
+}
+
+// Version identifies the state of a holder's hold: it changes whenever a
+// prepare of the holder begins (answered from its record or not) and
+// whenever one ends, and never returns to an earlier value while the
+// holder has a record or an operation. It is zero until the holder's
+// first prepare in this process, and again once nothing of it is left.
+type Version uint64
+
+// Version returns uid's Version. Read before the evidence a release is
+// decided on, and passed to Unprepare with IfUnchanged, it keeps a
+// prepare that came meanwhile from being released.
+func (s *State) Version(uid types.UID) Version {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.versions[uid]
+}
+
+// changed gives uid a new Version. Caller holds mu.
+func (s *State) changed(uid types.UID) {
+	s.lastVersion++
+	s.versions[uid] = s.lastVersion
+}
+
+// forgetVersion drops uid's Version once nothing of uid is left: no
+// record, no operation, no job. Caller holds mu.
+func (s *State) forgetVersion(uid types.UID) {
+	if _, recorded := s.cp.Claims[string(uid)]; !recorded && s.ops[uid] == nil && !s.hasJobs(uid) {
+		delete(s.versions, uid)
+	}
 }
 
 // CheckpointSyncs returns how many times the checkpoint was flushed to

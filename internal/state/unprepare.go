@@ -15,13 +15,25 @@ import (
 // the devices stay held until it has ended: Unprepare waits for that at
 // most ReleaseWait (and while ctx lasts), then fails with ErrReleasing so
 // the kubelet calls again. Racing calls for one holder get one answer.
-func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
+//
+// With IfUnchanged(v), Unprepare releases nothing and returns an error
+// wrapping ErrChanged when uid's Version is no longer v.
+func (s *State) Unprepare(ctx context.Context, uid types.UID, opts ...UnprepareOption) error {
+	var o unprepareOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	for first := true; ; first = false {
-		rel, pending, known := s.beginRelease(uid, callOf(ctx))
+		rel, pending, known, err := s.beginRelease(uid, callOf(ctx), o)
 		if first {
 			s.arrived(ctx)
 		}
+		// Only the first call compares: the operations a release
+		// cancels change the version as they end.
+		o.ifUnchanged = nil
 		switch {
+		case err != nil:
+			return err
 		case !known:
 			// Released, or never prepared: once that is on the disk.
 			if err := s.durable(callOf(ctx)); err != nil {
@@ -37,24 +49,44 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 	}
 }
 
+// UnprepareOption adjusts one Unprepare.
+type UnprepareOption func(*unprepareOptions)
+
+type unprepareOptions struct {
+	ifUnchanged *Version
+}
+
+// IfUnchanged releases the holder only while its Version is v: for a
+// release decided on evidence (no container uses it, its claim went away)
+// read after v, which a prepare since then may have made wrong.
+func IfUnchanged(v Version) UnprepareOption {
+	return func(o *unprepareOptions) { o.ifUnchanged = &v }
+}
+
 // beginRelease is Unprepare's critical section. It marks uid as being
 // released (no new prepare or programming of it starts), and either
 // returns the release operation to wait for (a running one, or a new one
 // it starts when nothing of uid runs any more), or the channels of the
-// operations still running for uid, which it cancelled.
-func (s *State) beginRelease(uid types.UID, call *announced) (rel *op, pending []<-chan struct{}, known bool) {
+// operations still running for uid, which it cancelled. With
+// o.ifUnchanged it fails with ErrChanged, changing nothing, when uid's
+// Version differs.
+func (s *State) beginRelease(uid types.UID, call *announced, o unprepareOptions) (rel *op, pending []<-chan struct{}, known bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.ops[uid]
 	if cur != nil && cur.release {
-		return cur, nil, true
+		return cur, nil, true, nil
+	}
+	if o.ifUnchanged != nil && s.versions[uid] != *o.ifUnchanged {
+		return nil, nil, true, fmt.Errorf("%w: claim %s was prepared again since the release was decided; it stays held", ErrChanged, s.holderName(uid))
 	}
 	_, recorded := s.cp.Claims[string(uid)]
 	if !recorded && cur == nil && !s.hasJobs(uid) {
 		// Nothing of uid is left (an operation this release waited
 		// for ended without a record): a later prepare may start.
 		delete(s.releasing, uid)
-		return nil, nil, false
+		delete(s.versions, uid)
+		return nil, nil, false, nil
 	}
 	s.releasing[uid] = true
 	if cur != nil {
@@ -72,7 +104,7 @@ func (s *State) beginRelease(uid types.UID, call *announced) (rel *op, pending [
 		}
 	}
 	if len(pending) > 0 {
-		return nil, pending, true
+		return nil, pending, true, nil
 	}
 	h := Holder{UID: uid}
 	if rec := s.cp.Claims[string(uid)]; rec != nil {
@@ -81,7 +113,7 @@ func (s *State) beginRelease(uid types.UID, call *announced) (rel *op, pending [
 	rel = &op{holder: h, release: true, done: make(chan struct{}), call: call}
 	s.ops[uid] = rel
 	go s.runRelease(rel)
-	return rel, nil, true
+	return rel, nil, true, nil
 }
 
 // removeOrphanSpec removes the CDI spec of uid, a holder the state does
@@ -170,6 +202,7 @@ func (s *State) runRelease(rel *op) {
 	defer s.mu.Unlock()
 	delete(s.releasing, uid)
 	delete(s.ops, uid)
+	s.forgetVersion(uid)
 	rel.err = err
 	close(rel.done)
 	s.journal.wake()
