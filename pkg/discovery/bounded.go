@@ -17,27 +17,32 @@ import (
 const DefaultReadTimeout = 5 * time.Second
 
 // tracker records which attribute a card's reads are at, so that a read
-// that stalls can be named. It takes no allocation per read.
+// that stalls can be named by its whole path (a card's reads span its
+// functions and ports). It takes no allocation per read.
 type tracker struct {
-	mu   sync.Mutex
-	attr string
+	mu        sync.Mutex
+	dir, name string
 }
 
-// at notes that name is being read. A nil tracker notes nothing.
-func (t *tracker) at(name string) {
+// at notes that the attribute name in the directory dir ("" when name is
+// a whole path) is being read. A nil tracker notes nothing.
+func (t *tracker) at(dir, name string) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
-	t.attr = name
+	t.dir, t.name = dir, name
 	t.mu.Unlock()
 }
 
-// current is the attribute noted last.
+// current is the path of the attribute noted last ("" when none).
 func (t *tracker) current() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.attr
+	if t.dir == "" {
+		return t.name
+	}
+	return t.dir + "/" + t.name
 }
 
 // stuckRead is a card whose reads outlasted the timeout and have not

@@ -31,7 +31,8 @@ type Scanner struct {
 	Select Selection
 	// ReadTimeout bounds how long the reads of one card may take in one
 	// Scan or Refresh; DefaultReadTimeout when zero. A card whose read
-	// outlasts it is reported unhealthy ("read of afu_id timed out"), the
+	// outlasts it is reported unhealthy (cause "read-of-afu_id-timed-out",
+	// the message naming the file's path), the
 	// others are read on, and the card is not read again until the
 	// stalled read returns.
 	ReadTimeout time.Duration

@@ -68,11 +68,12 @@ func TestStuckReadIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := wedge(t, filepath.Join(n.Cards[1].Ports[0].SysfsPath, "afu_id"))
+	stuck := filepath.Join(n.Cards[1].Ports[0].SysfsPath, "afu_id")
+	release := wedge(t, stuck)
 
 	res2, changed := s.Refresh(res)
 	h := portHealth(t, res2, 1)
-	if !changed || h.Healthy || h.Cause() != "read-of-afu_id-timed-out" || !strings.Contains(h.String(), "timed out") {
+	if !changed || h.Healthy || h.Cause() != "read-of-afu_id-timed-out" || !strings.Contains(h.String(), "read of "+resolved(t, stuck)+" of card") {
 		t.Fatalf("stuck card: changed %v, health %+v; want unhealthy, cause read-of-afu_id-timed-out", changed, h)
 	}
 	for _, c := range []int{0, 2} {
@@ -128,10 +129,12 @@ func TestStuckReadIsBounded(t *testing.T) {
 }
 
 // TestStuckFirstScan: a card stuck in the first scan is left out with an
-// error naming the attribute; the others are found.
+// error naming the attribute by its path (which port of the card); the
+// others are found.
 func TestStuckFirstScan(t *testing.T) {
-	n := writeNode(t, simnode.Options{Driver: discovery.DriverOPAE, Cards: 2, PortsPerCard: 1})
-	wedge(t, filepath.Join(n.Cards[0].Ports[0].SysfsPath, "afu_id"))
+	n := writeNode(t, simnode.Options{Driver: discovery.DriverOPAE, Cards: 2, PortsPerCard: 2})
+	stuck := filepath.Join(n.Cards[0].Ports[1].SysfsPath, "afu_id")
+	wedge(t, stuck)
 	res, err := (&discovery.Scanner{Root: n.Root, ReadTimeout: 50 * time.Millisecond}).Scan()
 	if err != nil {
 		t.Fatal(err)
@@ -139,9 +142,20 @@ func TestStuckFirstScan(t *testing.T) {
 	if len(res.Cards) != 1 || res.Cards[0].PCIAddress != n.Cards[1].PCIAddress {
 		t.Fatalf("found %+v, want card %s alone", res.Cards, n.Cards[1].PCIAddress)
 	}
-	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), "read of afu_id timed out") {
-		t.Fatalf("errors %v, want the stuck read named", res.Errors)
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), "read of "+resolved(t, stuck)+" timed out") {
+		t.Fatalf("errors %v, want the stuck read of %s named", res.Errors, stuck)
 	}
+}
+
+// resolved is path with the symbolic links of its directory resolved, as
+// discovery reaches it.
+func resolved(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, filepath.Base(path))
 }
 
 // TestScanStopsWithItsContext: a scan stuck on a read returns once its

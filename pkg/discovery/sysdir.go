@@ -163,7 +163,7 @@ func (d sysDir) names() ([]string, error) {
 
 // read returns an attribute's content with surrounding white space removed.
 func (d sysDir) read(name string) (string, error) {
-	d.tr.at(name)
+	d.tr.at(d.path, name)
 	s, err := readAttrAt(d.fd, d.rel, name)
 	if err != nil {
 		return "", fmt.Errorf("read %s/%s: %w", d.path, name, err)
@@ -177,7 +177,7 @@ func (d sysDir) readPath(path string) (string, error) {
 	if rest, ok := strings.CutPrefix(path, d.path+"/"); ok && d.fd >= 0 {
 		return d.read(rest)
 	}
-	d.tr.at(path)
+	d.tr.at("", path)
 	s, err := readAttrAt(unix.AT_FDCWD, "", path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)

@@ -117,10 +117,11 @@ func TestWatcherPeriodicRefresh(t *testing.T) {
 // never looks for new cards.
 func TestWatcherFindsCardOnceStuckReadReturns(t *testing.T) {
 	n := writeNode(t, simnode.Options{Driver: discovery.DriverDFL, Cards: 2, PortsPerCard: 1})
-	release := wedge(t, filepath.Join(n.Cards[1].Ports[0].SysfsPath, "afu_id"))
+	stuck := filepath.Join(n.Cards[1].Ports[0].SysfsPath, "afu_id")
+	release := wedge(t, stuck)
 	results, _ := startWatcher(t, &discovery.Scanner{Root: n.Root, ReadTimeout: 50 * time.Millisecond}, 5*time.Millisecond)
 	first := next(t, results)
-	if len(first.Cards) != 1 || len(first.Errors) != 1 || !strings.Contains(first.Errors[0].Error(), "read of afu_id timed out") {
+	if len(first.Cards) != 1 || len(first.Errors) != 1 || !strings.Contains(first.Errors[0].Error(), "read of "+resolved(t, stuck)+" timed out") {
 		t.Fatalf("first pass with card 1 stuck: %d cards, errors %v; want card 0 and card 1's timed-out read", len(first.Cards), first.Errors)
 	}
 	release()
