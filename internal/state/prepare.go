@@ -392,6 +392,11 @@ func (s *State) removeSupersededSpecs(logger klog.Logger, superseded []types.UID
 			logger.Error(err, "Removing the CDI spec of a superseded holder failed; the next start removes it", "holder", other)
 		}
 	}
+	s.mu.Lock()
+	for _, other := range superseded {
+		s.forgetVersion(other)
+	}
+	s.mu.Unlock()
 }
 
 // undoRecords returns a change that puts back the records of uids as they
@@ -419,9 +424,18 @@ func (s *State) undoRecords(uids []types.UID) func(*Checkpoint) {
 
 // finish ends an operation with its outcome. On failure, devices the
 // operation reserved that no record holds for the holder are free again.
+// A success of a holder an Unprepare began to release meanwhile becomes
+// ErrReleasing: no caller is handed a hold a release is freeing.
 func (s *State) finish(op *op, out Outcome, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err == nil && !op.release && s.releasing[op.holder.UID] {
+		// Checked where the answer is made: a release that began after
+		// the operation's earlier look (its Version unchanged then)
+		// would free a hold answered to the caller.
+		err = fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, op.holder)
+		out.Devices = nil
+	}
 	op.out, op.err = out, err
 	if err != nil {
 		s.reholdFromRecords(op.holder.UID)
@@ -456,10 +470,16 @@ func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
 		out.Programmed = nil
 	}
 	op.reported = true
+	if op.err == nil {
+		// An answer handed out now (maybe long after the operation
+		// ended) is a change a release decided on earlier evidence
+		// must see.
+		s.changed(op.holder.UID)
+	}
 	if s.ops[op.holder.UID] == op {
 		delete(s.ops, op.holder.UID)
-		s.forgetVersion(op.holder.UID)
 	}
+	s.forgetVersion(op.holder.UID)
 	return out, op.err
 }
 
@@ -491,14 +511,8 @@ func (s *State) answer(op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *dis
 	default:
 		out, err = s.completed(h, rec, reqs, devs)
 	}
-	s.mu.Lock()
-	releasing := s.releasing[h.UID]
-	s.mu.Unlock()
-	if err == nil && releasing {
-		out, err = Outcome{}, fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, h)
-	}
 	s.finish(op, out, err)
-	return out, err
+	return op.out, op.err
 }
 
 // completed answers a prepare of a completed holder, rewriting its CDI

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -353,5 +355,98 @@ func TestUnprepareIfUnchanged(t *testing.T) {
 	}
 	if v3 := n.State.Version(a.UID); v3 == v || v3 == v2 || v3 == 0 {
 		t.Fatalf("Version %d after a new prepare, was %d and %d", v3, v, v2)
+	}
+}
+
+// TestConditionalReleaseOfAnAnsweringPrepare: a conditional release that
+// begins while the holder's prepare is past its own look at releasing but
+// not yet answered (its Version unchanged) makes that answer "still
+// releasing": no caller is answered a hold the release then frees.
+func TestConditionalReleaseOfAnAnsweringPrepare(t *testing.T) {
+	ctx := context.Background()
+	a := legacy("a")
+	reached, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, ReleaseWait: 5 * time.Second, OnStep: func(s state.Step, uid types.UID) {
+		if s == state.StepPrepared && uid == a.UID {
+			once.Do(func() { close(reached); <-proceed })
+		}
+	}})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	type answer struct {
+		out state.Outcome
+		err error
+	}
+	prepared := make(chan answer, 1)
+	go func() {
+		out, err := n.State.Prepare(ctx, a, request(dev, nil), devs)
+		prepared <- answer{out, err}
+	}()
+	<-reached // recorded, spec written, not answered
+	v := n.State.Version(a.UID)
+	released := make(chan error, 1)
+	go func() { released <- n.State.Unprepare(ctx, a.UID, state.IfUnchanged(v)) }()
+	// Once the release has begun, a's prepares are refused.
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		_, err := n.State.Prepare(pctx, a, request(dev, nil), devs)
+		cancel()
+		if errors.Is(err, state.ErrReleasing) {
+			break
+		}
+	}
+	close(proceed)
+	p, errU := <-prepared, <-released
+	_, held := n.State.Claim(a.UID)
+	if errU != nil || !errors.Is(p.err, state.ErrReleasing) || len(p.out.Devices) > 0 || held {
+		t.Fatalf("prepare answered %v with %d devices, conditional release %v, still held %v; want the prepare refused as releasing and the hold released", p.err, len(p.out.Devices), errU, held)
+	}
+	checkConsistent(t, n)
+}
+
+// TestVersionOfALateAnswer: the outcome of a programming prepare that ended
+// while no caller waited, handed out to a later call, changes the Version:
+// a release decided before that answer is refused.
+func TestVersionOfALateAnswer(t *testing.T) {
+	ctx := context.Background()
+	gate := make(chan struct{})
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: &program.SimProgrammer{Gate: gate}, PrepareWait: time.Millisecond})
+	devs := n.Devices(t)
+	b := holder("b")
+	req := request(devs.Ports()[0].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways))
+	if _, err := n.State.Prepare(ctx, b, req, devs); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare held at the gate: %v, want in progress", err)
+	}
+	started := n.State.Version(b.UID)
+	close(gate)
+	// The operation's end changes the Version; its outcome is unread.
+	v := started
+	for v == started {
+		runtime.Gosched()
+		v = n.State.Version(b.UID)
+	}
+	out, err := n.State.Prepare(ctx, b, req, devs)
+	if err != nil || len(out.Devices) == 0 {
+		t.Fatalf("late answer: %+v, %v", out, err)
+	}
+	if err := n.State.Unprepare(ctx, b.UID, state.IfUnchanged(v)); !errors.Is(err, state.ErrChanged) {
+		t.Fatalf("release decided before the answer: %v, want ErrChanged", err)
+	}
+}
+
+// TestSupersededHolderLosesItsVersion: a holder superseded by another has
+// nothing left, and its Version is zero again.
+func TestSupersededHolderLosesItsVersion(t *testing.T) {
+	a, b := legacy("a"), legacy("b")
+	n, dev := preparedNode(t, a, nil)
+	if _, err := n.State.Prepare(context.Background(), b, request(dev, nil), n.Devices(t), state.Supersede(isLegacy)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.State.Claim(a.UID); ok {
+		t.Fatal("a not superseded")
+	}
+	if v := n.State.Version(a.UID); v != 0 {
+		t.Fatalf("superseded holder has Version %d, want 0", v)
 	}
 }
