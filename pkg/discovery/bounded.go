@@ -25,7 +25,8 @@ type tracker struct {
 }
 
 // at notes that the attribute name in the directory dir ("" when name is
-// a whole path) is being read. A nil tracker notes nothing.
+// a whole path), or the directory dir itself (name ""), is being read. A
+// nil tracker notes nothing.
 func (t *tracker) at(dir, name string) {
 	if t == nil {
 		return
@@ -39,8 +40,8 @@ func (t *tracker) at(dir, name string) {
 func (t *tracker) current() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.dir == "" {
-		return t.name
+	if t.dir == "" || t.name == "" {
+		return t.dir + t.name
 	}
 	return t.dir + "/" + t.name
 }

@@ -92,6 +92,7 @@ func (d sysDir) entries() ([]dirEntry, error) {
 // only: a caller looking for a few entries copies those and allocates
 // nothing for the others.
 func (d sysDir) eachEntry(f func(name []byte, ino uint64)) error {
+	d.tr.at(d.path, "")
 	fd := d.fd
 	if d.rel != "" {
 		var err error

@@ -119,3 +119,43 @@ func TestAncestor(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerNamesWhatIsRead: a tracked view notes the whole path of what
+// it reads last: an attribute of a child view, an attribute by path
+// outside the view, and a directory it lists.
+func TestTrackerNamesWhatIsRead(t *testing.T) {
+	root := t.TempDir()
+	port := filepath.Join(root, "dfl-port.1")
+	if err := os.Mkdir(port, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(port, "afu_id"), []byte("00\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "dev_offline")
+	if err := os.WriteFile(outside, []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := openSysDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	tr := &tracker{}
+	d = d.tracked(tr)
+	for _, step := range []struct {
+		do   func() error
+		want string
+	}{
+		{func() error { _, err := d.sub("dfl-port.1").read("afu_id"); return err }, filepath.Join(port, "afu_id")},
+		{func() error { _, err := d.readPath(outside); return err }, outside},
+		{func() error { _, err := d.sub("dfl-port.1").names(); return err }, port},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.current(); got != step.want {
+			t.Fatalf("tracker names %q, want %q", got, step.want)
+		}
+	}
+}
