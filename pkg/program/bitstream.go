@@ -78,6 +78,10 @@ type Bitstream struct {
 	ModTime time.Time
 
 	limits limits
+	// root, set for a Repository's bitstream, is the repository's
+	// resolved directory: ReadPayload reads only a file below it, however
+	// Path resolves by then (a symlink swapped in after the lookup).
+	root string
 }
 
 // limits bounds what parsing may read and allocate.
@@ -196,6 +200,13 @@ func (b *Bitstream) readPayload(wantSHA256 string) (payload []byte, sum string, 
 		return nil, "", 0, err
 	}
 	defer f.Close()
+	if b.root != "" {
+		// What was opened, not what the path says now.
+		real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+		if err != nil || !within(b.root, real) {
+			return nil, "", 0, fmt.Errorf("%w: %s now resolves to %q, outside the repository %s: refused", ErrBitstreamChanged, b.Path, real, b.root)
+		}
+	}
 	data, sum, err := readAndHash(b.Path, f, fi.Size())
 	if err != nil {
 		return nil, "", 0, err

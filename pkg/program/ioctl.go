@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -154,7 +157,42 @@ func openFME(card *discovery.Card) (int, error) {
 	case err != nil:
 		return -1, fmt.Errorf("%w: open FME %s: %w", ErrProgramFailed, card.FME.HostPath, err)
 	}
+	if err := sameFME(fd, card); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
 	return fd, nil
+}
+
+// sameFME checks that fd, opened by name, is the FME discovery found for
+// card: node names and minors are reused when cards are re-enumerated, so
+// the descriptor's device must be the one discovery saw and the one the
+// card's FME directory in sysfs (below the card's PCI function) shows now.
+// Opening first and checking after means a later renumbering cannot
+// redirect the descriptor.
+func sameFME(fd int, card *discovery.Card) error {
+	if card.FME.Major == 0 && card.FME.Minor == 0 && card.FME.SysfsPath == "" {
+		return nil // not from discovery
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%w: stat FME %s: %w", ErrProgramFailed, card.FME.HostPath, err)
+	}
+	got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	want := fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor)
+	now := want
+	if card.FME.SysfsPath != "" {
+		b, err := os.ReadFile(filepath.Join(card.FME.SysfsPath, "dev"))
+		if err != nil {
+			return fmt.Errorf("%w: card %s's FME %s is gone (%v): the card was removed or re-enumerated since discovery; retry", ErrProgramFailed, card.PCIAddress, card.FME.SysfsPath, err)
+		}
+		now = strings.TrimSpace(string(b))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || got != want || got != now {
+		return fmt.Errorf("%w: %s is device %s, card %s's FME was %s at discovery and is %s now: the cards were re-enumerated; retry",
+			ErrProgramFailed, card.FME.HostPath, got, card.PCIAddress, want, now)
+	}
+	return nil
 }
 
 // fmeLocks serialises PR per FME: older kernels do not serialise two ports

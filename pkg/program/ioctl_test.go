@@ -3,7 +3,9 @@ package program
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -149,5 +151,52 @@ func TestPRErrorExplainsErrno(t *testing.T) {
 		if !errors.Is(err, errno) || !errors.Is(err, ErrProgramFailed) {
 			t.Errorf("error %q does not match %v and ErrProgramFailed", err, errno)
 		}
+	}
+}
+
+// TestPRGoesToTheCardsFME: the PR ioctl is issued only on a descriptor of
+// the device discovery found as the card's FME and that the card's FME
+// directory in sysfs still shows: after the cards were enumerated anew,
+// the node's path holds another card's FME (or the card's FME has another
+// number), and programming is refused rather than sent to another card's
+// region. /dev/null (1:3) stands in for an FME node.
+func TestPRGoesToTheCardsFME(t *testing.T) {
+	fmeDir := func(dev string) string {
+		dir := t.TempDir()
+		if dev != "" {
+			if err := os.WriteFile(filepath.Join(dir, "dev"), []byte(dev+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	for _, tc := range []struct {
+		name         string
+		major, minor uint32
+		sysfs        string
+		want         bool
+	}{
+		{"the same device", 1, 3, fmeDir("1:3"), true},
+		{"another device at the path", 510, 0, fmeDir("510:0"), false},
+		{"the card's FME renumbered", 1, 3, fmeDir("510:1"), false},
+		{"the card's FME gone", 1, 3, fmeDir(""), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			card := &discovery.Card{PCIAddress: "0000:01:00.0", PortsNum: 1,
+				FME: discovery.DevNode{Name: "dfl-fme.0", Path: "/dev/dfl-fme.0", HostPath: "/dev/null", Major: tc.major, Minor: tc.minor, SysfsPath: tc.sysfs}}
+			port := &discovery.Port{ID: 0, PCIAddress: "0000:01:00.0", Node: discovery.DevNode{Name: "dfl-port.0"}}
+			var l fmeLocks
+			called := false
+			err := l.withFME(context.Background(), card, port, make([]byte, 8), func(int, uint32, []byte) error {
+				called = true
+				return nil
+			})
+			if called != tc.want || (err == nil) != tc.want {
+				t.Fatalf("PR issued %v (%v), want %v", called, err, tc.want)
+			}
+			if !tc.want && !strings.Contains(err.Error(), card.PCIAddress) {
+				t.Fatalf("error %v does not name the card", err)
+			}
+		})
 	}
 }

@@ -424,3 +424,28 @@ func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
 }
+
+// TestSwapAfterFindStaysInTheRepository: a bitstream found in the
+// repository is read again when it is programmed; a symbolic link swapped
+// in for it meanwhile, to a file outside the repository that carries the
+// same IDs, is refused rather than programmed.
+func TestSwapAfterFindStaysInTheRepository(t *testing.T) {
+	outside := t.TempDir()
+	evil := writeFile(t, outside, "evil.gbs", gbsWithPayload(t, testIf, testAFU, []byte("EVILEVILEVILEVIL")))
+	dir := t.TempDir()
+	writeFile(t, dir, "ok.gbs", gbsWithPayload(t, testIf, testAFU, []byte("GOODGOODGOODGOOD")))
+	bs, err := newTestRepository(t, dir).Find(testIf, testAFU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "ok.gbs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(evil, filepath.Join(dir, "ok.gbs")); err != nil {
+		t.Fatal(err)
+	}
+	payload, err := bs.ReadPayload("")
+	if err == nil || !errors.Is(err, ErrBitstreamChanged) || !strings.Contains(err.Error(), "outside the repository") {
+		t.Fatalf("read %q (%v) from %s, outside the repository %s; want it refused", payload, err, evil, dir)
+	}
+}
