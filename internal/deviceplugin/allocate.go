@@ -83,6 +83,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 			return nil, status.Errorf(codes.Internal, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
 		}
 	}
+	if err := p.sameKubeletIDs(r.fullName, reqs); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
+	}
 	mine, err := p.supersedable(r.fullName, h.UID, reqs)
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
@@ -179,4 +182,28 @@ func current(rec state.ClaimRecord, reqs []state.DeviceRequest, devs *discovery.
 		}
 	}
 	return true
+}
+
+// sameKubeletIDs refuses a port that a legacy hold recorded under another
+// kubelet device ID: the cards were re-enumerated since, the kubelet
+// still counts the old ID as the running container's and the new one as
+// free, so neither re-allocating nor superseding the hold is safe.
+func (p *Plugin) sameKubeletIDs(fullName string, reqs []state.DeviceRequest) error {
+	holders := p.cfg.State.Holders()
+	for _, rq := range reqs {
+		uid, held := holders[rq.Device]
+		if !held || !IsLegacyHolder(uid) {
+			continue
+		}
+		rec, ok := p.cfg.State.Claim(uid)
+		if !ok || rec.Name != fullName {
+			continue // another resource's hold: supersedable refuses it
+		}
+		for _, d := range rec.Devices {
+			if d.Device == rq.Device && len(d.Requests) > 0 && !slices.Equal(d.Requests, rq.Requests) {
+				return fmt.Errorf("port %s was allocated as %v and is %v now (the cards were re-enumerated): the container given %v may still run; it is released once the kubelet lists no container with it", rq.Device, d.Requests, rq.Requests, d.Requests)
+			}
+		}
+	}
+	return nil
 }

@@ -119,8 +119,9 @@ type nodeOptions struct {
 	domain     string
 	cdi        bool
 	hookDevice string
-	// before runs on the state before the endpoint starts.
-	before func(*state.State, *discovery.Result)
+	// before runs on the state and the simulated node before the
+	// endpoint starts.
+	before func(*state.State, *discovery.Result, *simnode.Node)
 	// quiet discards the endpoint's logs (benchmarks).
 	quiet bool
 	// lateKubelet starts the endpoint before the kubelet; noKubelet
@@ -148,7 +149,7 @@ func startNode(t testing.TB, o nodeOptions) *testNode {
 		t.Fatal(err)
 	}
 	if o.before != nil {
-		o.before(n.state, tn.Devices(t))
+		o.before(n.state, tn.Devices(t), tn.Sim)
 	}
 	if !o.lateKubelet && !o.noKubelet {
 		n.kubelet = startKubelet(t, n.dir)

@@ -63,7 +63,7 @@ func TestModeSwitchHoldRefused(t *testing.T) {
 			n := startNode(t, nodeOptions{
 				sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{afuID, afuID}},
 				mode: tc.mode, cdi: true,
-				before: func(st *state.State, res *discovery.Result) {
+				before: func(st *state.State, res *discovery.Result, _ *simnode.Node) {
 					reqs := make([]state.DeviceRequest, len(tc.oldPorts))
 					for i, p := range tc.oldPorts {
 						reqs[i] = state.DeviceRequest{Device: p, Requests: []string{tc.oldIDs[i]}}
@@ -112,7 +112,7 @@ func TestRecoveredHolderAllocatesItsPort(t *testing.T) {
 	n := startNode(t, nodeOptions{
 		sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{simnode.DefaultAFUID, simnode.DefaultAFUID}},
 		mode: deviceplugin.ModeAF, cdi: true,
-		before: func(st *state.State, res *discovery.Result) {
+		before: func(st *state.State, res *discovery.Result, _ *simnode.Node) {
 			if _, err := st.Prepare(context.Background(), h, []state.DeviceRequest{{Device: p0, Requests: []string{"dfl-port.0"}}}, res); err != nil {
 				t.Fatal(err)
 			}

@@ -229,7 +229,7 @@ func TestKubeletStartsLater(t *testing.T) {
 // refused by Allocate; a port held here is refused to a DRA claim.
 func TestDRAHoldRefused(t *testing.T) {
 	claim := state.Holder{UID: "0e7f4a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", Namespace: "default", Name: "claim-1"}
-	n := startNode(t, nodeOptions{before: func(st *state.State, res *discovery.Result) {
+	n := startNode(t, nodeOptions{before: func(st *state.State, res *discovery.Result, _ *simnode.Node) {
 		if _, err := st.Prepare(context.Background(), claim, []state.DeviceRequest{{Device: "fpga-0000-01-00-0-p0"}}, res); err != nil {
 			t.Fatal(err)
 		}

@@ -114,11 +114,17 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	}
 	type use struct{ resource, device string }
 	inUse := map[use]bool{}
+	// The kubelet's device IDs a container was given, by resource: a hold
+	// whose record names one of them (the ID the port had when it was
+	// allocated) is in use even when the cards were re-enumerated since
+	// and discovery maps that ID to another port now.
+	listed := map[use]bool{}
 	unknown := map[string]bool{} // resources with a device ID devs lacks
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
 			for _, d := range c.GetDevices() {
 				for _, id := range d.GetDeviceIds() {
+					listed[use{d.GetResourceName(), id}] = true
 					names, ok := devices[id]
 					if !ok {
 						unknown[d.GetResourceName()] = true
@@ -138,7 +144,9 @@ func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]typ
 	for _, uid := range holders {
 		rec, ok := r.State.Claim(uid)
 		if !ok || unknown[rec.Name] ||
-			slices.ContainsFunc(rec.Devices, func(d state.DeviceRecord) bool { return inUse[use{rec.Name, d.Device}] }) {
+			slices.ContainsFunc(rec.Devices, func(d state.DeviceRecord) bool {
+				return inUse[use{rec.Name, d.Device}] || slices.ContainsFunc(d.Requests, func(id string) bool { return listed[use{rec.Name, id}] })
+			}) {
 			continue
 		}
 		unused[uid] = versions[uid]

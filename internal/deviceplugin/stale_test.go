@@ -333,7 +333,7 @@ func TestReleaseStaleAFUChanged(t *testing.T) {
 		// Port 0 carries the second AFU now, port 1 the first.
 		sim:  simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{simnode.SecondAFUID, simnode.DefaultAFUID}},
 		mode: deviceplugin.ModeAF, cdi: true,
-		before: func(st *state.State, res *discovery.Result) {
+		before: func(st *state.State, res *discovery.Result, _ *simnode.Node) {
 			if _, err := st.Prepare(context.Background(), old, []state.DeviceRequest{{Device: p0, Requests: []string{"dfl-port.0"}}}, res); err != nil {
 				t.Fatal(err)
 			}

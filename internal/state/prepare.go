@@ -144,7 +144,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	case rec.Phase == PhaseCompleted, rec.Phase == PhaseProgrammed && o.beforeBinding:
 		// Answered from the record, in an operation of its own: a
 		// release waits for it, and no prepare supersedes the holder,
-		// while it rewrites a missing CDI spec.
+		// while it rewrites the CDI spec.
 		return s.newOp(h, func(error) {}, o), rec.clone(), nil, nil, nil
 	}
 	var superseded []types.UID
@@ -516,16 +516,15 @@ func (s *State) answer(op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *dis
 }
 
 // completed answers a prepare of a completed holder, rewriting its CDI
-// spec when it went missing. A device whose record has no request names
+// spec from its devices' nodes as discovery shows them now: a spec that
+// went missing, or one written before the node's cards were enumerated
+// anew, whose nodes now belong to other ports. A device whose record has no request names
 // (a record rebuilt from a CDI spec after damage, which has none) is
 // answered with those of reqs, so that the kubelet hands it to the
 // containers that asked.
 func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
-	ok, err := s.cfg.CDI.ClaimSpecExists(string(h.UID))
-	if err != nil || !ok {
-		if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
-			return Outcome{}, fmt.Errorf("rewrite CDI spec of claim %s: %w", h, err)
-		}
+	if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
+		return Outcome{}, fmt.Errorf("rewrite CDI spec of claim %s: %w", h, err)
 	}
 	var out Outcome
 	for i, d := range rec.Devices {

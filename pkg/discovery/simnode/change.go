@@ -189,3 +189,47 @@ func unwedge(path string, content []byte) error {
 	}
 	return w.Close()
 }
+
+// SwapPorts re-enumerates two ports of different cards the other way
+// round, as the kernel does when their cards are removed and probed again
+// in the other order: the DFL and OPAE drivers give a new port the lowest
+// free id, and its minor is that id, so each port takes the other's name
+// and minor. a and b are the ports' sysfs directories below root. Each
+// directory is renamed within its parent, and its dev file and
+// /sys/dev/char link follow it; the /dev nodes keep their names and
+// numbers, which now belong to the other port. A Node's Port records are
+// left as they were.
+func SwapPorts(root, a, b string) error {
+	devA, err := os.ReadFile(filepath.Join(a, "dev"))
+	if err != nil {
+		return err
+	}
+	devB, err := os.ReadFile(filepath.Join(b, "dev"))
+	if err != nil {
+		return err
+	}
+	newA := filepath.Join(filepath.Dir(a), filepath.Base(b))
+	newB := filepath.Join(filepath.Dir(b), filepath.Base(a))
+	if err := os.Rename(a, a+".renumbering"); err != nil {
+		return err
+	}
+	if err := os.Rename(b, newB); err != nil {
+		return err
+	}
+	if err := os.Rename(a+".renumbering", newA); err != nil {
+		return err
+	}
+	n := &Node{Root: root}
+	for _, p := range []struct {
+		dir string
+		dev []byte
+	}{{newA, devB}, {newB, devA}} {
+		if err := replaceFile(filepath.Join(p.dir, "dev"), string(p.dev)); err != nil {
+			return err
+		}
+		if err := n.link(filepath.Join(root, "sys/dev/char", strings.TrimSpace(string(p.dev))), p.dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
