@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,7 +61,7 @@ func Decode(raw []byte) (*FpgaConfig, error) {
 		if runtime.IsNotRegisteredError(err) || runtime.IsMissingKind(err) || runtime.IsMissingVersion(err) {
 			return nil, wrongTypeError(gvk)
 		}
-		return nil, fmt.Errorf("decode %s: %w", FpgaConfigKind, err)
+		return nil, fmt.Errorf("decode %s: %w%s", FpgaConfigKind, err, unknownFieldHint(err))
 	}
 	cfg, ok := obj.(*FpgaConfig)
 	if !ok {
@@ -115,4 +116,39 @@ func checkSingleDocument(raw []byte) error {
 			return errors.New("input holds more than one YAML document: give exactly one FpgaConfig")
 		}
 	}
+}
+
+// fpgaConfigFields are FpgaConfig's JSON field names.
+var fpgaConfigFields = []string{"apiVersion", "kind", "afuID", "interfaceID", "bitstream", "bitstreamRef", "sha256", "programming"}
+
+// unknownFieldHint names the fix for a strict decoding error's unknown
+// fields: the field of that name in another case (afuId, the Intel
+// webhook's spelling, is afuID here), else the fields there are.
+func unknownFieldHint(err error) string {
+	if !runtime.IsStrictDecodingError(err) {
+		return ""
+	}
+	var hints []string
+	strict, ok := err.(interface{ Errors() []error })
+	if !ok {
+		return ""
+	}
+	for _, e := range strict.Errors() {
+		name, ok := strings.CutPrefix(e.Error(), `unknown field "`)
+		if !ok {
+			continue
+		}
+		name = strings.TrimSuffix(name, `"`)
+		fix := fmt.Sprintf("remove %q (the fields are %s)", name, strings.Join(fpgaConfigFields, ", "))
+		for _, f := range fpgaConfigFields {
+			if strings.EqualFold(f, name) {
+				fix = fmt.Sprintf("spell %q as %q", name, f)
+			}
+		}
+		hints = append(hints, fix)
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(hints, "; ")
 }

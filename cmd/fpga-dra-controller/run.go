@@ -161,6 +161,12 @@ func (o options) validate() error {
 		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
 			return fmt.Errorf("--extended-resource-domain %q is not a DNS subdomain (%s): use e.g. fpga.dra.dev or fpga.intel.com, or empty for none", d, strings.Join(errs, "; "))
 		}
+		// The API server's rule for extendedResourceName
+		// (IsExtendedResourceName), checked with the longest name.
+		sample := d + "/af-000.000." + strings.Repeat("A", 43)
+		if strings.Contains(sample, "kubernetes.io/") || len(validation.IsQualifiedName("requests."+sample)) > 0 {
+			return fmt.Errorf("--extended-resource-domain %q: the API server refuses extended resource names in it (the kubernetes.io domains are reserved, and requests.<domain> must fit in 253 characters): use e.g. fpga.dra.dev or fpga.intel.com, or empty for none", d)
+		}
 	}
 	return nil
 }

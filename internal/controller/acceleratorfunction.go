@@ -31,6 +31,13 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 	if err := fromUnstructured(obj, af); err != nil {
 		return err
 	}
+	if af.DeletionTimestamp != nil {
+		// Being deleted (foreground deletion, or a finalizer): the garbage
+		// collector is deleting the classes; re-creating them would fight
+		// it and keep the class allocatable.
+		_, err := c.applyClasses(ctx, owner, nil)
+		return err
+	}
 
 	var r classResult
 	var want []*resourceapi.DeviceClass

@@ -134,8 +134,11 @@ func TestAcceleratorFunctionLifecycle(t *testing.T) {
 	if got, want := tc.class(t, "nlb0").Spec.Selectors[0].CEL.Expression, LoadedSelector(testDriver, testAFUID, testIfID); got != want {
 		t.Errorf("nlb0 selector = %s, want %s", got, want)
 	}
+	// A pinned function's loaded class carries the pin (see
+	// AcceleratorFunctionClasses).
 	if diff := cmp.Diff(&v1alpha1.FpgaConfig{TypeMeta: fpgaConfigType, AFUID: testAFUID, InterfaceID: testIfID,
-		Programming: v1alpha1.ProgrammingNever}, classConfig(t, tc.class(t, "nlb0"))); diff != "" {
+		Bitstream: testIfID + "/" + testAFUID + ".gbs", SHA256: testSHA256, Programming: v1alpha1.ProgrammingIfNeeded},
+		classConfig(t, tc.class(t, "nlb0"))); diff != "" {
 		t.Errorf("nlb0 config (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(&v1alpha1.FpgaConfig{TypeMeta: fpgaConfigType, AFUID: testAFUID, InterfaceID: testIfID,

@@ -54,11 +54,21 @@ func BaseDeviceClass(driverName string) *resourceapi.DeviceClass {
 func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, extendedResourceDomain string) ([]*resourceapi.DeviceClass, error) {
 	s := af.Spec
 	owner := ownerReference(af, v1alpha1.AcceleratorFunctionKind)
-	loaded, err := deviceClass(af.Name, owner, driverName, LoadedSelector(driverName, s.AFUID, s.InterfaceID), &v1alpha1.FpgaConfig{
+	loadedCfg := &v1alpha1.FpgaConfig{
 		AFUID:       s.AFUID,
 		InterfaceID: s.InterfaceID,
 		Programming: v1alpha1.ProgrammingNever,
-	})
+	}
+	if s.SHA256 != "" || s.BitstreamRef != "" {
+		// A pinned function: afu_id alone does not say which file put
+		// it there (another claim may have loaded another build, or
+		// anyone's file that declares this AFU ID). The node keeps a
+		// region only when it loaded the pinned file there itself, and
+		// programs (or, on a locked node, refuses) any other.
+		loadedCfg.Bitstream, loadedCfg.BitstreamRef, loadedCfg.SHA256 = s.Bitstream, s.BitstreamRef, s.SHA256
+		loadedCfg.Programming = v1alpha1.ProgrammingIfNeeded
+	}
+	loaded, err := deviceClass(af.Name, owner, driverName, LoadedSelector(driverName, s.AFUID, s.InterfaceID), loadedCfg)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func TestProgramClassCarriesBitstreamRef(t *testing.T) {
 	if got := classConfig(t, classes[1]); got.BitstreamRef != ref || got.Bitstream != "" || got.Programming != v1alpha1.ProgrammingIfNeeded {
 		t.Errorf("program class config = %+v, want bitstreamRef %s", got, ref)
 	}
-	if got := classConfig(t, classes[0]); got.BitstreamRef != "" {
-		t.Errorf("loaded class config = %+v, want no bitstreamRef (it never programs)", got)
+	if got := classConfig(t, classes[0]); got.BitstreamRef != ref || got.Programming != v1alpha1.ProgrammingIfNeeded {
+		t.Errorf("loaded class config = %+v, want the pin %s checked (IfNeeded)", got, ref)
 	}
 }

@@ -29,6 +29,10 @@ func (c *Controller) syncFpgaRegion(ctx context.Context, name string) error {
 	if err := fromUnstructured(obj, region); err != nil {
 		return err
 	}
+	if region.DeletionTimestamp != nil {
+		_, err := c.applyClasses(ctx, owner, nil)
+		return err
+	}
 
 	var r classResult
 	var want []*resourceapi.DeviceClass

@@ -13,6 +13,7 @@ import (
 var (
 	resourceClaims         = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}
 	resourceClaimTemplates = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaimtemplates"}
+	deviceClasses          = schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}
 	acceleratorFunctions   = v1alpha1.AcceleratorFunctionsResource.GroupResource()
 	fpgaRegions            = v1alpha1.FpgaRegionsResource.GroupResource()
 )
@@ -22,13 +23,17 @@ var (
 // serves every version the API server sends.
 type claimSpec struct {
 	Devices struct {
-		Config []struct {
-			Opaque *struct {
-				Driver     string          `json:"driver"`
-				Parameters json.RawMessage `json:"parameters"`
-			} `json:"opaque"`
-		} `json:"config"`
+		Config opaqueConfigs `json:"config"`
 	} `json:"devices"`
+}
+
+// opaqueConfigs is the part of a device config list the webhook reads, as
+// ResourceClaimSpec.devices.config and DeviceClassSpec.config hold it.
+type opaqueConfigs []struct {
+	Opaque *struct {
+		Driver     string          `json:"driver"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"opaque"`
 }
 
 // validateClaim validates the opaque configs for the driver in a
@@ -63,12 +68,18 @@ func (h *Handler) validateClaimTemplate(raw []byte) (field.ErrorList, error) {
 // specPath.devices.config[i].opaque.parameters. Configs of other drivers
 // are not looked at.
 func (h *Handler) validateClaimSpec(spec *claimSpec, specPath *field.Path) field.ErrorList {
+	return h.validateConfigs(spec.Devices.Config, specPath.Child("devices", "config"))
+}
+
+// validateConfigs validates the driver's opaque configs in configs, the
+// list at configPath.
+func (h *Handler) validateConfigs(configs opaqueConfigs, configPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for i, cfg := range spec.Devices.Config {
+	for i, cfg := range configs {
 		if cfg.Opaque == nil || cfg.Opaque.Driver != h.driverName {
 			continue
 		}
-		path := specPath.Child("devices", "config").Index(i).Child("opaque", "parameters")
+		path := configPath.Index(i).Child("opaque", "parameters")
 		fc, err := v1alpha1.Decode(cfg.Opaque.Parameters)
 		if err != nil {
 			errs = append(errs, field.Invalid(path, field.OmitValueType{}, err.Error()))
@@ -78,6 +89,20 @@ func (h *Handler) validateClaimSpec(spec *claimSpec, specPath *field.Path) field
 		errs = append(errs, v1alpha1.ValidateFpgaConfig(fc, path)...)
 	}
 	return errs
+}
+
+// validateDeviceClass validates the opaque configs for the driver in a
+// DeviceClass: the node applies them before the claim's own.
+func (h *Handler) validateDeviceClass(raw []byte) (field.ErrorList, error) {
+	var class struct {
+		Spec struct {
+			Config opaqueConfigs `json:"config"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &class); err != nil {
+		return nil, err
+	}
+	return h.validateConfigs(class.Spec.Config, field.NewPath("spec", "config")), nil
 }
 
 // validateAcceleratorFunction validates an AcceleratorFunction as the

@@ -13,6 +13,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -97,10 +98,18 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return resp
 	}
+	if req.Operation == admissionv1.Update && unchangedSpec(req) {
+		// Metadata only (labels, finalizers, the garbage collector ending
+		// a deletion): what was admitted stays admitted, even if a later
+		// release validates more strictly.
+		return resp
+	}
 	var errs field.ErrorList
 	var err error
 	resource := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
 	switch resource {
+	case deviceClasses:
+		errs, err = h.validateDeviceClass(req.Object.Raw)
 	case resourceClaims:
 		errs, err = h.validateClaim(req.Object.Raw)
 	case resourceClaimTemplates:
@@ -125,4 +134,23 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		resp.Result = &status
 	}
 	return resp
+}
+
+// unchangedSpec reports whether an update leaves the object's spec as it
+// was (or deletes it: deletionTimestamp is set).
+func unchangedSpec(req *admissionv1.AdmissionRequest) bool {
+	var obj, old struct {
+		Metadata struct {
+			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
+		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
+	}
+	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil {
+		return false
+	}
+	if obj.Metadata.DeletionTimestamp != nil {
+		return true
+	}
+	var a, b any
+	return len(old.Spec) > 0 && json.Unmarshal(obj.Spec, &a) == nil && json.Unmarshal(old.Spec, &b) == nil && reflect.DeepEqual(a, b)
 }

@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// TestPinnedFunctionLoadedClassCarriesThePin: the NAME class of an
+// AcceleratorFunction that pins its bitstream (sha256 or a digest-pinned
+// bitstreamRef) carries the pin: a port whose afu_id reads the AFU ID,
+// whatever file (another tenant's, an older build) put it there, is not
+// handed out as is; programming: Never compares afu_id only.
+func TestPinnedFunctionLoadedClassCarriesThePin(t *testing.T) {
+	n, res := simulatedNode(t, simnode.Options{Cards: 2, PortsPerCard: 2})
+	withA := portsWith(res, testAFUID)
+	for _, spec := range []v1alpha1.AcceleratorFunctionSpec{
+		{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion, Bitstream: "nlb-a.gbs", SHA256: testSHA256},
+		{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion,
+			BitstreamRef: "registry.example.com/accel/nlb-a:v2@sha256:" + testSHA256},
+	} {
+		classes := classesFor(t, []*v1alpha1.AcceleratorFunction{acceleratorFunction("nlb-a", spec)}, nil)
+		got := allocate(t, publishedSlices(t, n, res, testNode, true), classes, nil, firstAvailableClaim("nlb-a"))
+		if got == nil {
+			t.Fatal("no allocation")
+		}
+		cfg := got.configs[0]
+		if got.requests[0] == "fpga/loaded" && len(withA) > 0 && cfg.SHA256 == "" && cfg.BitstreamRef == "" {
+			t.Errorf("AcceleratorFunction pins sha256=%q bitstreamRef=%q, but its class %q hands out %s with config %+v: nothing checks that the loaded file is the pinned one",
+				spec.SHA256, spec.BitstreamRef, "nlb-a", got.devices[0], *cfg)
+		}
+	}
+}
+
+// TestDeletionCreatesNoClasses: an AcceleratorFunction or FpgaRegion being
+// deleted in the foreground (the garbage collector's foregroundDeletion
+// finalizer; kubectl delete --cascade=foreground, Argo CD's prune) gets no
+// classes created: the controller does not fight the garbage collector.
+func TestDeletionCreatesNoClasses(t *testing.T) {
+	now := metav1.Now()
+	deleting := func(o metav1.Object) {
+		o.SetDeletionTimestamp(&now)
+		o.SetFinalizers([]string{metav1.FinalizerDeleteDependents})
+	}
+	af := acceleratorFunction("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion})
+	deleting(af)
+	region := fpgaRegion("pac-a10", testIfID)
+	deleting(region)
+	for _, tc := range []struct {
+		what string
+		obj  runtime.Object
+		sync func(tc *testController)
+	}{
+		{"AcceleratorFunction nlb0", af, func(tc *testController) { tc.syncAF(t, "nlb0") }},
+		{"FpgaRegion pac-a10", region, func(tc *testController) { tc.syncRegion(t, "pac-a10") }},
+	} {
+		// The garbage collector has just deleted the dependents.
+		c := newTestController(t, nil, tc.obj)
+		c.startInformers(t)
+		tc.sync(c)
+		if names := c.classNames(t); len(names) != 0 {
+			t.Errorf("%s is being deleted (finalizer %s), yet the controller created DeviceClasses %v", tc.what, metav1.FinalizerDeleteDependents, names)
+		}
+	}
+}
