@@ -131,7 +131,7 @@ func TestAcceleratorFunctionLifecycle(t *testing.T) {
 			t.Errorf("DeviceClass %s labels = %v", name, c.Labels)
 		}
 	}
-	if got, want := tc.class(t, "nlb0").Spec.Selectors[0].CEL.Expression, LoadedSelector(testDriver, testAFUID, testIfID); got != want {
+	if got, want := tc.class(t, "nlb0").Spec.Selectors[0].CEL.Expression, PinnedLoadedSelector(testDriver, testAFUID, testIfID); got != want {
 		t.Errorf("nlb0 selector = %s, want %s", got, want)
 	}
 	// A pinned function's loaded class carries the pin (see

@@ -59,16 +59,19 @@ func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, ex
 		InterfaceID: s.InterfaceID,
 		Programming: v1alpha1.ProgrammingNever,
 	}
+	loadedSel := LoadedSelector(driverName, s.AFUID, s.InterfaceID)
 	if s.SHA256 != "" || s.BitstreamRef != "" {
 		// A pinned function: afu_id alone does not say which file put
 		// it there (another claim may have loaded another build, or
 		// anyone's file that declares this AFU ID). The node keeps a
-		// region only when it loaded the pinned file there itself, and
-		// programs (or, on a locked node, refuses) any other.
+		// region only when it loaded the pinned file there itself and
+		// programs any other, so only nodes that allow programming
+		// serve the class.
 		loadedCfg.Bitstream, loadedCfg.BitstreamRef, loadedCfg.SHA256 = s.Bitstream, s.BitstreamRef, s.SHA256
 		loadedCfg.Programming = v1alpha1.ProgrammingIfNeeded
+		loadedSel = PinnedLoadedSelector(driverName, s.AFUID, s.InterfaceID)
 	}
-	loaded, err := deviceClass(af.Name, owner, driverName, LoadedSelector(driverName, s.AFUID, s.InterfaceID), loadedCfg)
+	loaded, err := deviceClass(af.Name, owner, driverName, loadedSel, loadedCfg)
 	if err != nil {
 		return nil, err
 	}

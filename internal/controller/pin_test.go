@@ -12,12 +12,17 @@ import (
 
 // TestPinnedFunctionLoadedClassCarriesThePin: the NAME class of an
 // AcceleratorFunction that pins its bitstream (sha256 or a digest-pinned
-// bitstreamRef) carries the pin: a port whose afu_id reads the AFU ID,
-// whatever file (another tenant's, an older build) put it there, is not
-// handed out as is; programming: Never compares afu_id only.
+// bitstreamRef) carries the pin with programming IfNeeded: a port whose
+// afu_id reads the AFU ID, whatever file (another tenant's, an older
+// build) put it there, is not handed out as is (programming: Never
+// compares afu_id only). Since checking the pin may mean programming, the
+// class selects only ports of nodes that allow it; an unpinned function's
+// NAME class still selects loaded ports on any node.
 func TestPinnedFunctionLoadedClassCarriesThePin(t *testing.T) {
 	n, res := simulatedNode(t, simnode.Options{Cards: 2, PortsPerCard: 2})
-	withA := portsWith(res, testAFUID)
+	if len(portsWith(res, testAFUID)) == 0 {
+		t.Fatalf("no port carries %s", testAFUID)
+	}
 	for _, spec := range []v1alpha1.AcceleratorFunctionSpec{
 		{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion, Bitstream: "nlb-a.gbs", SHA256: testSHA256},
 		{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion,
@@ -29,10 +34,17 @@ func TestPinnedFunctionLoadedClassCarriesThePin(t *testing.T) {
 			t.Fatal("no allocation")
 		}
 		cfg := got.configs[0]
-		if got.requests[0] == "fpga/loaded" && len(withA) > 0 && cfg.SHA256 == "" && cfg.BitstreamRef == "" {
-			t.Errorf("AcceleratorFunction pins sha256=%q bitstreamRef=%q, but its class %q hands out %s with config %+v: nothing checks that the loaded file is the pinned one",
-				spec.SHA256, spec.BitstreamRef, "nlb-a", got.devices[0], *cfg)
+		if got.requests[0] != "fpga/loaded" || cfg.SHA256 != spec.SHA256 || cfg.BitstreamRef != spec.BitstreamRef || cfg.Programming != v1alpha1.ProgrammingIfNeeded {
+			t.Errorf("pinned function (sha256 %q, bitstreamRef %q): request %s got %s with config %+v; want the loaded class with the pin, IfNeeded",
+				spec.SHA256, spec.BitstreamRef, got.requests[0], got.devices[0], *cfg)
 		}
+		if got := allocate(t, publishedSlices(t, n, res, testNode, false), classes, nil, firstAvailableClaim("nlb-a")); got != nil {
+			t.Errorf("pinned function on a node that forbids programming: request %s got %s; want none (the pin cannot be checked there)", got.requests[0], got.devices[0])
+		}
+	}
+	unpinned := classesFor(t, []*v1alpha1.AcceleratorFunction{acceleratorFunction("nlb-a", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID, Mode: v1alpha1.ModeRegion})}, nil)
+	if got := allocate(t, publishedSlices(t, n, res, testNode, false), unpinned, nil, firstAvailableClaim("nlb-a")); got == nil || got.requests[0] != "fpga/loaded" {
+		t.Errorf("unpinned function on a node that forbids programming: %+v, want a loaded port", got)
 	}
 }
 

@@ -38,8 +38,21 @@ func ProgrammableSelector(driverName, interfaceID string) string {
 	return strings.Join([]string{
 		DriverSelector(driverName),
 		equals(driverName, attrInterfaceID, interfaceID),
-		fmt.Sprintf("%q in %s && %s", attrProgrammable, attributes(driverName), attribute(driverName, attrProgrammable)),
+		programmable(driverName),
 	}, " && ")
+}
+
+// PinnedLoadedSelector is LoadedSelector on nodes that allow programming:
+// a pinned function's loaded class checks the pin, which may mean
+// programming the region.
+func PinnedLoadedSelector(driverName, afuID, interfaceID string) string {
+	return LoadedSelector(driverName, afuID, interfaceID) + " && " + programmable(driverName)
+}
+
+// programmable is a CEL term that is true on devices of nodes that allow
+// programming.
+func programmable(driverName string) string {
+	return fmt.Sprintf("%q in %s && %s", attrProgrammable, attributes(driverName), attribute(driverName, attrProgrammable))
 }
 
 // equals is a CEL term that is true when the device has the string
