@@ -178,11 +178,15 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 			hostPaths = append(hostPaths, v.HostPath.Path)
 		}
 	}
-	for _, want := range []string{"/sys", "/dev", "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
+	for _, want := range []string{"/sys", "/dev", "/var/lib/kubelet/plugins/fpga.dra.dev", "/var/lib/kubelet/plugins_registry",
 		"/var/lib/kubelet/device-plugins", "/var/run/cdi", "/srv/fpga/bitstreams"} {
 		if !slices.Contains(hostPaths, want) {
 			t.Errorf("DaemonSet host paths %v lack %s", hostPaths, want)
 		}
+	}
+	// Not the directory of every kubelet plugin, with their sockets.
+	if slices.Contains(hostPaths, "/var/lib/kubelet/plugins") {
+		t.Errorf("DaemonSet host paths %v hold all of /var/lib/kubelet/plugins, want only the driver's own directory", hostPaths)
 	}
 	checkBitstreamCache(t, ds)
 	nodeSA := ds.Spec.Template.Spec.ServiceAccountName
