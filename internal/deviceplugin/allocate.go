@@ -55,11 +55,10 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	if len(ids) == 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "allocate %s: a container request names no device", r.fullName)
 	}
-	devices, err := r.lookup(ids)
+	devices, devs, err := p.lookup(r, ids)
 	if err != nil {
 		return nil, err
 	}
-	devs := p.Devices()
 	var ports []*discovery.Port
 	var cards []*discovery.Card
 	var reqs []state.DeviceRequest
@@ -182,6 +181,17 @@ func current(rec state.ClaimRecord, reqs []state.DeviceRequest, devs *discovery.
 		}
 	}
 	return true
+}
+
+// lookup resolves the kubelet's device IDs of resource r, and returns
+// them with the discovery result they were advertised from: both are
+// swapped together (onDevicesChanged), so the ports handed to the
+// container and those prepared are the same.
+func (p *Plugin) lookup(r *resourceServer, ids []string) ([]*device, *discovery.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	devices, err := r.lookup(ids)
+	return devices, p.devices, err
 }
 
 // sameKubeletIDs refuses a port that a legacy hold recorded under another
