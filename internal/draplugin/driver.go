@@ -242,6 +242,13 @@ func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
 	}
 	d.claims, d.binder = claims, binder
 	d.binding.Store(binder != nil)
+	if c, ok := claims.(interface{ RefreshSpecs(*discovery.Result) error }); ok {
+		select {
+		case <-d.discovered:
+			_ = c.RefreshSpecs(d.Devices()) // notes the nodes the specs were written from
+		default:
+		}
+	}
 	if binder != nil {
 		bctx, stop := context.WithCancel(ctx)
 		d.stopBinder = stop
@@ -351,6 +358,15 @@ func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	d.changed = make(chan struct{})
 	d.mu.Unlock()
 	d.discoveredOnce.Do(func() { close(d.discovered) })
+	if d.isActive() {
+		// Cards enumerated anew: a prepared claim's CDI spec must name
+		// its ports' nodes as they are now before a container restarts.
+		if c, ok := d.claims.(interface{ RefreshSpecs(*discovery.Result) error }); ok {
+			if err := c.RefreshSpecs(res); err != nil {
+				logger.Error(err, "Rewriting CDI specs after the devices changed failed")
+			}
+		}
+	}
 	d.publish(ctx)
 }
 

@@ -233,6 +233,9 @@ type State struct {
 	// a claim that pins a digest or names an OCI reference is programmed
 	// unless it matches.
 	loaded map[string]loadedFile
+	// specNodes are the device nodes of each port (DeviceName ->
+	// "path major:minor ...") in the result RefreshSpecs saw last.
+	specNodes map[string]string
 	// gen counts changes of cp; see commit.go.
 	gen uint64
 	// versions is the Version of each holder with a record or an

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -78,10 +79,13 @@ type Bitstream struct {
 	ModTime time.Time
 
 	limits limits
-	// root, set for a Repository's bitstream, is the repository's
-	// resolved directory: ReadPayload reads only a file below it, however
-	// Path resolves by then (a symlink swapped in after the lookup).
-	root string
+	// repoDir, set for a Repository's bitstream, is the repository's
+	// directory as configured: ReadPayload reads only a file below where
+	// it resolves at the time of the read, however Path resolves by then
+	// (a symlink swapped in after the lookup). Resolved at each read, not
+	// at indexing: the directory may have moved since (its symlink
+	// re-pointed) with every file's fingerprint unchanged.
+	repoDir string
 }
 
 // limits bounds what parsing may read and allocate.
@@ -200,11 +204,18 @@ func (b *Bitstream) readPayload(wantSHA256 string) (payload []byte, sum string, 
 		return nil, "", 0, err
 	}
 	defer f.Close()
-	if b.root != "" {
+	if b.repoDir != "" {
+		root, err := filepath.EvalSymlinks(b.repoDir)
+		if err != nil {
+			return nil, "", 0, fmt.Errorf("%w: repository %s cannot be resolved: %w", ErrBitstreamChanged, b.repoDir, err)
+		}
 		// What was opened, not what the path says now.
 		real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
-		if err != nil || !within(b.root, real) {
-			return nil, "", 0, fmt.Errorf("%w: %s now resolves to %q, outside the repository %s: refused", ErrBitstreamChanged, b.Path, real, b.root)
+		if err != nil {
+			return nil, "", 0, fmt.Errorf("%w: cannot tell which file %s opened (is /proc mounted?): %w", ErrBitstreamChanged, b.Path, err)
+		}
+		if !within(root, real) {
+			return nil, "", 0, fmt.Errorf("%w: %s now resolves to %q, outside the repository %s: refused", ErrBitstreamChanged, b.Path, real, root)
 		}
 	}
 	data, sum, err := readAndHash(b.Path, f, fi.Size())

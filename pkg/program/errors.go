@@ -34,6 +34,11 @@ var (
 	// ErrVerifyFailed: after programming, the port does not report the
 	// bitstream's AFU ID.
 	ErrVerifyFailed = errors.New("verification failed")
+	// ErrDevicesChanged: the card's device nodes were re-enumerated since
+	// discovery, so nothing was issued; it says nothing of the device's
+	// health (no quarantine) and a retry after the next discovery pass
+	// succeeds.
+	ErrDevicesChanged = errors.New("device nodes changed since discovery")
 )
 
 // invalidError reports bad bitstream content. Its message is the plain

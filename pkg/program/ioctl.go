@@ -184,13 +184,13 @@ func sameFME(fd int, card *discovery.Card) error {
 	if card.FME.SysfsPath != "" {
 		b, err := os.ReadFile(filepath.Join(card.FME.SysfsPath, "dev"))
 		if err != nil {
-			return fmt.Errorf("%w: card %s's FME %s is gone (%v): the card was removed or re-enumerated since discovery; retry", ErrProgramFailed, card.PCIAddress, card.FME.SysfsPath, err)
+			return fmt.Errorf("%w: card %s's FME %s is gone (%v): the card was removed or re-enumerated since discovery; retry", ErrDevicesChanged, card.PCIAddress, card.FME.SysfsPath, err)
 		}
 		now = strings.TrimSpace(string(b))
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR || got != want || got != now {
 		return fmt.Errorf("%w: %s is device %s, card %s's FME was %s at discovery and is %s now: the cards were re-enumerated; retry",
-			ErrProgramFailed, card.FME.HostPath, got, card.PCIAddress, want, now)
+			ErrDevicesChanged, card.FME.HostPath, got, card.PCIAddress, want, now)
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 		// nothing of the device, and the region's content is unknown.
 		return done(fmt.Errorf("programming port %s with bitstream %s was stopped part way (%s backend: %v); the region's content is unknown: %w", port.DeviceName(), bs.Path, res.Programmer, err, context.Cause(ctx)))
 	case err != nil:
-		if errors.Is(err, ErrProgramFailed) {
+		if errors.Is(err, ErrProgramFailed) || errors.Is(err, ErrDevicesChanged) {
 			return done(fmt.Errorf("%s backend, bitstream %s, port %s: %w", res.Programmer, bs.Path, port.DeviceName(), err))
 		}
 		return done(fmt.Errorf("%w: %s backend, bitstream %s, port %s: %w", ErrProgramFailed, res.Programmer, bs.Path, port.DeviceName(), err))

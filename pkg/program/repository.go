@@ -278,7 +278,7 @@ func (r *Repository) openName(idx *repoIndex, name string) (*Bitstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs.Name, bs.root = name, root
+	bs.Name, bs.repoDir = name, r.dir
 	return bs, nil
 }
 
@@ -504,7 +504,7 @@ func (r *Repository) indexFile(root, p, name string, d fs.DirEntry, old *fileEnt
 	if err != nil {
 		return r.refuse(name, old, fp, err)
 	}
-	bs.Name, bs.root = name, root
+	bs.Name, bs.repoDir = name, r.dir
 	r.checkLayout(bs)
 	r.logger.V(2).Info("Indexed bitstream", "name", name, "format", bs.Format, "interfaceID", bs.InterfaceID, "afuID", bs.AFUID)
 	return &fileEntry{fp: fp, bs: bs}
