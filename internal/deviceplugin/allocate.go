@@ -82,6 +82,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 			return nil, status.Errorf(codes.Internal, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
 		}
 	}
+	if err := p.releaseReissued(ctx, r.fullName, reqs); err != nil {
+		return nil, status.Errorf(codes.Internal, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
+	}
 	if err := p.sameKubeletIDs(r.fullName, reqs); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
 	}
@@ -213,6 +216,42 @@ func (p *Plugin) sameKubeletIDs(fullName string, reqs []state.DeviceRequest) err
 			if d.Device == rq.Device && len(d.Requests) > 0 && !slices.Equal(d.Requests, rq.Requests) {
 				return fmt.Errorf("port %s was allocated as %v and is %v now (the cards were re-enumerated): the container given %v may still run; it is released once the kubelet lists no container with it", rq.Device, d.Requests, rq.Requests, d.Requests)
 			}
+		}
+	}
+	return nil
+}
+
+// releaseReissued releases the legacy holds of resource fullName on other
+// ports whose records name one of reqs' kubelet IDs: the kubelet hands an
+// ID out again only once the container it gave it to has ended, so after
+// a renumbering such a hold (its port now under another ID) is that ended
+// container's, and would otherwise stay held as long as the new container
+// with the re-issued ID runs.
+func (p *Plugin) releaseReissued(ctx context.Context, fullName string, reqs []state.DeviceRequest) error {
+	stale := map[types.UID]bool{}
+	for dev, uid := range p.cfg.State.Holders() {
+		if stale[uid] || !IsLegacyHolder(uid) || slices.ContainsFunc(reqs, func(rq state.DeviceRequest) bool { return rq.Device == dev }) {
+			continue
+		}
+		rec, ok := p.cfg.State.Claim(uid)
+		if !ok || rec.Name != fullName {
+			continue
+		}
+		for _, d := range rec.Devices {
+			if d.Device != dev {
+				continue
+			}
+			for _, rq := range reqs {
+				if slices.ContainsFunc(d.Requests, func(id string) bool { return slices.Contains(rq.Requests, id) }) {
+					stale[uid] = true
+				}
+			}
+		}
+	}
+	for uid := range stale {
+		klog.FromContext(ctx).Info("Releasing a device-plugin hold whose kubelet device ID was handed out again", "holder", uid)
+		if err := p.cfg.State.Unprepare(ctx, uid); err != nil {
+			return fmt.Errorf("release hold %s, whose kubelet device ID was handed out again: %w", uid, err)
 		}
 	}
 	return nil

@@ -253,5 +253,8 @@ func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 		}
 	}
 	p.mu.Unlock()
+	if err := p.cfg.State.RefreshSpecs(res); err != nil {
+		logger.Error(err, "Rewriting CDI specs after the devices changed failed")
+	}
 	p.poke()
 }

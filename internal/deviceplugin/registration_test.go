@@ -116,7 +116,11 @@ func TestResourcesRegisterInParallel(t *testing.T) {
 	if want < 2 {
 		t.Fatalf("the node has %d resources; the test needs at least 2", want)
 	}
-	lis, err := net.Listen("unix", filepath.Join(n.dir, deviceplugin.KubeletSocket))
+	// Listening before it appears under its name: a socket seen between
+	// bind and listen refuses the first Register, whose retry backoff
+	// would make the test about timing.
+	tmp := filepath.Join(n.dir, "kubelet.sock.tmp")
+	lis, err := net.Listen("unix", tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +129,9 @@ func TestResourcesRegisterInParallel(t *testing.T) {
 	pluginapi.RegisterRegistrationServer(srv, k)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
+	if err := os.Rename(tmp, filepath.Join(n.dir, deviceplugin.KubeletSocket)); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), deviceplugin.DefaultRegisterTimeout/2)
 	defer cancel()
 	select {

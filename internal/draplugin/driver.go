@@ -105,6 +105,10 @@ const DefaultSliceSyncDelay = time.Second
 type ClaimPreparer interface {
 	Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim, devices *discovery.Result) map[types.UID]kubeletplugin.PrepareResult
 	Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error
+	// RefreshSpecs rewrites the CDI specs of prepared claims whose ports'
+	// device nodes changed since its previous call (the first call only
+	// notes them).
+	RefreshSpecs(devices *discovery.Result) error
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -242,12 +246,15 @@ func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
 	}
 	d.claims, d.binder = claims, binder
 	d.binding.Store(binder != nil)
-	if c, ok := claims.(interface{ RefreshSpecs(*discovery.Result) error }); ok {
-		select {
-		case <-d.discovered:
-			_ = c.RefreshSpecs(d.Devices()) // notes the nodes the specs were written from
-		default:
+	select {
+	case <-d.discovered:
+		if claims != nil {
+			// Notes the nodes the specs were written from.
+			if err := claims.RefreshSpecs(d.Devices()); err != nil {
+				logger.Error(err, "Rewriting CDI specs failed")
+			}
 		}
+	default:
 	}
 	if binder != nil {
 		bctx, stop := context.WithCancel(ctx)
@@ -358,13 +365,11 @@ func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	d.changed = make(chan struct{})
 	d.mu.Unlock()
 	d.discoveredOnce.Do(func() { close(d.discovered) })
-	if d.isActive() {
+	if d.isActive() && d.claims != nil {
 		// Cards enumerated anew: a prepared claim's CDI spec must name
 		// its ports' nodes as they are now before a container restarts.
-		if c, ok := d.claims.(interface{ RefreshSpecs(*discovery.Result) error }); ok {
-			if err := c.RefreshSpecs(res); err != nil {
-				logger.Error(err, "Rewriting CDI specs after the devices changed failed")
-			}
+		if err := d.claims.RefreshSpecs(res); err != nil {
+			logger.Error(err, "Rewriting CDI specs after the devices changed failed")
 		}
 	}
 	d.publish(ctx)

@@ -226,12 +226,12 @@ func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceReque
 	return reqs, nil
 }
 
-// Unprepare implements ClaimPreparer. Claims are independent: they are
-// released concurrently, each with its own result.
 // RefreshSpecs rewrites the CDI specs of prepared claims whose ports'
 // nodes changed (see state.State.RefreshSpecs).
 func (c *Claims) RefreshSpecs(devs *discovery.Result) error { return c.State.RefreshSpecs(devs) }
 
+// Unprepare implements ClaimPreparer. Claims are independent: they are
+// released concurrently, each with its own result.
 func (c *Claims) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	return concurrently(claims, func(claim kubeletplugin.NamespacedObject) (types.UID, error) {
 		start := time.Now()

@@ -1,0 +1,44 @@
+package draplugin_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// TestSpecFollowsRenumbering: the runtime reads a prepared claim's CDI spec
+// at every container (re)start, and the kubelet does not prepare a
+// prepared claim again. Once the cards were enumerated anew (each port
+// took the other's name and minor) and the daemon rediscovered them, the
+// claim's spec names its port's node as it is now, not the node that
+// belongs to the other card's port.
+func TestSpecFollowsRenumbering(t *testing.T) {
+	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}})
+	dra := pn.draClient(t)
+	c := pn.claim(t, []string{dev0}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: simnode.DefaultAFUID, Programming: v1alpha1.ProgrammingNever}))
+	r := pn.prepare(t, dra, c)
+	if r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	sim := pn.testNode.sim
+	if err := simnode.SwapPorts(sim.Root, sim.Cards[0].Ports[0].SysfsPath, sim.Cards[1].Ports[0].SysfsPath); err != nil {
+		t.Fatal(err)
+	}
+	pn.uevent("remove", strings.TrimPrefix(sim.Cards[0].Ports[0].SysfsPath, sim.Root+"/sys"), "dfl")
+	var nodes []string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		nodes, _ = cdiEdits(t, pn.CDIDir, r.Devices[0].CdiDeviceIds)
+		if len(nodes) == 1 && strings.HasPrefix(nodes[0], "/dev/dfl-port.1=") {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, port, _ := pn.driver.Devices().FindPort(dev0)
+	t.Fatalf("claim on %s (discovered as %s) still gets %v, the other card's port", dev0, port.Node.Name, nodes)
+}
