@@ -28,3 +28,12 @@ func TestExtendedResourceDomainMatchesAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestsPrefixedDomainRefused: the API server also refuses an
+// extended resource name that starts with "requests.".
+func TestRequestsPrefixedDomainRefused(t *testing.T) {
+	o := options{extendedResourceDomain: "requests.example.com"}
+	if err := o.validate(); err == nil {
+		t.Errorf("--extended-resource-domain requests.example.com accepted; the API server refuses requests.example.com/af-... (prefix \"requests.\")")
+	}
+}

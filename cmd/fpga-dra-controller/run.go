@@ -164,8 +164,8 @@ func (o options) validate() error {
 		// The API server's rule for extendedResourceName
 		// (IsExtendedResourceName), checked with the longest name.
 		sample := d + "/af-000.000." + strings.Repeat("A", 43)
-		if strings.Contains(sample, "kubernetes.io/") || len(validation.IsQualifiedName("requests."+sample)) > 0 {
-			return fmt.Errorf("--extended-resource-domain %q: the API server refuses extended resource names in it (the kubernetes.io domains are reserved, and requests.<domain> must fit in 253 characters): use e.g. fpga.dra.dev or fpga.intel.com, or empty for none", d)
+		if strings.Contains(sample, "kubernetes.io/") || strings.HasPrefix(sample, "requests.") || len(validation.IsQualifiedName("requests."+sample)) > 0 {
+			return fmt.Errorf("--extended-resource-domain %q: the API server refuses extended resource names in it (the kubernetes.io domains are reserved, a name may not start with requests., and requests.<domain> must fit in 253 characters): use e.g. fpga.dra.dev or fpga.intel.com, or empty for none", d)
 		}
 	}
 	return nil

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
@@ -32,6 +34,12 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 		return err
 	}
 	if af.DeletionTimestamp != nil {
+		if slices.Contains(af.Finalizers, metav1.FinalizerOrphanDependents) {
+			// Deleted with propagation Orphan: the garbage collector
+			// keeps the classes (it removes their owner references);
+			// neither create nor delete them.
+			return nil
+		}
 		// Being deleted (foreground deletion, or a finalizer): the garbage
 		// collector is deleting the classes; re-creating them would fight
 		// it and keep the class allocatable.
@@ -58,7 +66,7 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 			return errors.Join(r.err, err)
 		}
 		s := af.Spec
-		if loaded, err = c.countMatching(ctx, LoadedSelector(c.driverName, s.AFUID, s.InterfaceID), devices); err != nil {
+		if loaded, err = c.countMatching(ctx, NameClassSelector(c.driverName, s), devices); err != nil {
 			return errors.Join(r.err, err)
 		}
 		if s.Mode == v1alpha1.ModeRegion {

@@ -59,8 +59,8 @@ func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, ex
 		InterfaceID: s.InterfaceID,
 		Programming: v1alpha1.ProgrammingNever,
 	}
-	loadedSel := LoadedSelector(driverName, s.AFUID, s.InterfaceID)
-	if s.SHA256 != "" || s.BitstreamRef != "" {
+	loadedSel := NameClassSelector(driverName, s)
+	if pinned(s) {
 		// A pinned function: afu_id alone does not say which file put
 		// it there (another claim may have loaded another build, or
 		// anyone's file that declares this AFU ID). The node keeps a
@@ -69,7 +69,6 @@ func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, ex
 		// serve the class.
 		loadedCfg.Bitstream, loadedCfg.BitstreamRef, loadedCfg.SHA256 = s.Bitstream, s.BitstreamRef, s.SHA256
 		loadedCfg.Programming = v1alpha1.ProgrammingIfNeeded
-		loadedSel = PinnedLoadedSelector(driverName, s.AFUID, s.InterfaceID)
 	}
 	loaded, err := deviceClass(af.Name, owner, driverName, loadedSel, loadedCfg)
 	if err != nil {
@@ -99,6 +98,20 @@ func AcceleratorFunctionClasses(af *v1alpha1.AcceleratorFunction, driverName, ex
 		return nil, err
 	}
 	return append(classes, program), nil
+}
+
+// pinned reports whether a function pins its bitstream's content.
+func pinned(s v1alpha1.AcceleratorFunctionSpec) bool { return s.SHA256 != "" || s.BitstreamRef != "" }
+
+// NameClassSelector is the selector of an AcceleratorFunction's NAME
+// class: LoadedSelector, on programmable nodes only for a pinned function.
+// The status counts loaded devices with it, so that it counts what the
+// class can allocate.
+func NameClassSelector(driverName string, s v1alpha1.AcceleratorFunctionSpec) string {
+	if pinned(s) {
+		return PinnedLoadedSelector(driverName, s.AFUID, s.InterfaceID)
+	}
+	return LoadedSelector(driverName, s.AFUID, s.InterfaceID)
 }
 
 // FpgaRegionClass returns the DeviceClass r asks for, named after it and

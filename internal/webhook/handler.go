@@ -137,19 +137,14 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 }
 
 // unchangedSpec reports whether an update leaves the object's spec as it
-// was (or deletes it: deletionTimestamp is set).
+// was. An object being deleted is no exception: a DeviceClass held by a
+// finalizer stays usable while it terminates, and its spec can still change.
 func unchangedSpec(req *admissionv1.AdmissionRequest) bool {
 	var obj, old struct {
-		Metadata struct {
-			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
-		} `json:"metadata"`
 		Spec json.RawMessage `json:"spec"`
 	}
 	if json.Unmarshal(req.Object.Raw, &obj) != nil || json.Unmarshal(req.OldObject.Raw, &old) != nil {
 		return false
-	}
-	if obj.Metadata.DeletionTimestamp != nil {
-		return true
 	}
 	var a, b any
 	return len(old.Spec) > 0 && json.Unmarshal(obj.Spec, &a) == nil && json.Unmarshal(old.Spec, &b) == nil && reflect.DeepEqual(a, b)
