@@ -47,12 +47,17 @@ type journal struct {
 	saved atomic.Uint64 // the newest generation on disk
 	err   error         // the last flush's error, until a flush succeeds
 	syncs atomic.Uint64
-	// waiting counts the callers in sync whose change is not yet on the
-	// disk, and sameCall those of them whose kubelet call has another
-	// caller in sync already; arrived wakes a gathering flush (wake).
-	waiting  atomic.Int32
-	sameCall atomic.Int32
-	arrived  chan struct{}
+	// counts holds, in one word so that a reader sees both change at
+	// once, how many callers are in sync whose change is not yet on the
+	// disk (the low 32 bits) and how many of them have a kubelet call with
+	// another caller in sync already (the high 32 bits); countMu makes a
+	// caller's classification and its count one step. Counted apart, a
+	// flush that read one count updated and the other not yet found a
+	// second kubelet call where there was one, and waited a whole gather
+	// bound for it. arrived wakes a gathering flush (wake).
+	countMu sync.Mutex
+	counts  atomic.Int64
+	arrived chan struct{}
 	// incoming counts the announced claims (Expect) not yet in the State.
 	incoming atomic.Int32
 	// flushTime is the moving average of a flush's duration; lastBatch and
@@ -126,7 +131,7 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 		return func() error { return nil }
 	}
 	s.gather(queued)
-	j.lastBatch = j.waiting.Load()
+	j.lastBatch = j.waiting()
 	j.lastCalls = j.calls()
 	s.mu.Lock()
 	snapshot, newest := s.cp.clone(), s.gen
@@ -168,21 +173,37 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 // enter counts a caller of sync of call (nil: a call of its own); leave
 // uncounts it.
 func (j *journal) enter(call *announced) {
-	j.waiting.Add(1)
-	if call != nil && call.syncing.Add(1) > 1 {
-		j.sameCall.Add(1)
-	}
+	j.countMu.Lock()
+	defer j.countMu.Unlock()
+	j.counts.Add(countsOf(call != nil && call.syncing.Add(1) > 1))
 }
 
 func (j *journal) leave(call *announced) {
-	if call != nil && call.syncing.Add(-1) > 0 {
-		j.sameCall.Add(-1)
-	}
-	j.waiting.Add(-1)
+	j.countMu.Lock()
+	defer j.countMu.Unlock()
+	j.counts.Add(-countsOf(call != nil && call.syncing.Add(-1) > 0))
 }
 
+// sameCallUnit is one caller in the high half of journal.counts.
+const sameCallUnit = 1 << 32
+
+// countsOf is one caller in journal.counts, of a kubelet call with another
+// caller in sync (same) or not.
+func countsOf(same bool) int64 {
+	if same {
+		return 1 + sameCallUnit
+	}
+	return 1
+}
+
+// waiting is how many callers are in sync.
+func (j *journal) waiting() int32 { return int32(j.counts.Load()) }
+
 // calls is how many kubelet calls have callers in sync.
-func (j *journal) calls() int32 { return j.waiting.Load() - j.sameCall.Load() }
+func (j *journal) calls() int32 {
+	c := j.counts.Load()
+	return int32(c) - int32(c>>32)
+}
 
 // averageFlush counts a flush of duration d in flushTime. The caller
 // holds j.mu.
@@ -249,7 +270,7 @@ func (s *State) expecting() bool {
 			n++
 		}
 	}
-	return n > int(j.waiting.Load())
+	return n > int(j.waiting())
 }
 
 // expectKey is the context key of a kubelet call's announced claims.

@@ -43,7 +43,7 @@ func SetOnFlush(s *State, f func()) {
 }
 
 // Waiting is how many callers wait for s's checkpoint to reach the disk.
-func Waiting(s *State) int32 { return s.journal.waiting.Load() }
+func Waiting(s *State) int32 { return s.journal.waiting() }
 
 // BreakCheckpointWrites makes s's checkpoint writes fail (a disk gone bad)
 // until HealCheckpointWrites.

@@ -353,7 +353,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		}
 		written <- err
 	}
-	alone := s.journal.waiting.Load() == 0
+	alone := s.journal.waiting() == 0
 	if !alone {
 		go writeSpec()
 	}
