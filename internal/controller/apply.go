@@ -85,8 +85,11 @@ func (c *Controller) applyClasses(ctx context.Context, owner key, want []*resour
 		if !ok || wanted[class.Name] {
 			continue
 		}
+		// The resource version too: a class the cache has as ours may
+		// have been orphaned since (kubectl delete --cascade=orphan: the
+		// collector drops its owner reference before the owner goes).
 		err := c.kube.ResourceV1().DeviceClasses().Delete(ctx, class.Name, metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &class.UID},
+			Preconditions: &metav1.Preconditions{UID: &class.UID, ResourceVersion: &class.ResourceVersion},
 		})
 		switch {
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):

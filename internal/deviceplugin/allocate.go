@@ -228,9 +228,18 @@ func (p *Plugin) sameKubeletIDs(fullName string, reqs []state.DeviceRequest) err
 // container's, and would otherwise stay held as long as the new container
 // with the re-issued ID runs.
 func (p *Plugin) releaseReissued(ctx context.Context, fullName string, reqs []state.DeviceRequest) error {
+	// The ports each kubelet ID is asked for now: a hold recording the ID
+	// on another port is the ended container's, also when that port is
+	// asked for too, under another ID (both IDs handed out again).
+	asked := map[string][]string{}
+	for _, rq := range reqs {
+		for _, id := range rq.Requests {
+			asked[id] = append(asked[id], rq.Device)
+		}
+	}
 	stale := map[types.UID]bool{}
 	for dev, uid := range p.cfg.State.Holders() {
-		if stale[uid] || !IsLegacyHolder(uid) || slices.ContainsFunc(reqs, func(rq state.DeviceRequest) bool { return rq.Device == dev }) {
+		if stale[uid] || !IsLegacyHolder(uid) {
 			continue
 		}
 		rec, ok := p.cfg.State.Claim(uid)
@@ -241,8 +250,8 @@ func (p *Plugin) releaseReissued(ctx context.Context, fullName string, reqs []st
 			if d.Device != dev {
 				continue
 			}
-			for _, rq := range reqs {
-				if slices.ContainsFunc(d.Requests, func(id string) bool { return slices.Contains(rq.Requests, id) }) {
+			for _, id := range d.Requests {
+				if ports, ok := asked[id]; ok && !slices.Contains(ports, dev) {
 					stale[uid] = true
 				}
 			}

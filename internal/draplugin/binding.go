@@ -314,8 +314,8 @@ func (b *Binder) program(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	if err != nil && b.Quarantine != nil {
 		for _, r := range b.waiting(claim) {
-			if slices.ContainsFunc(out.Programmed, func(p state.Programming) bool { return p.Device == r.Device && deviceFault(p.Err) }) {
-				b.Quarantine(r.Device, failureReason(err))
+			if i := slices.IndexFunc(out.Programmed, func(p state.Programming) bool { return p.Device == r.Device && deviceFault(p.Err) }); i >= 0 {
+				b.Quarantine(r.Device, failureReason(out.Programmed[i].Err))
 			}
 		}
 	}

@@ -246,16 +246,6 @@ func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
 	}
 	d.claims, d.binder = claims, binder
 	d.binding.Store(binder != nil)
-	select {
-	case <-d.discovered:
-		if claims != nil {
-			// Notes the nodes the specs were written from.
-			if err := claims.RefreshSpecs(d.Devices()); err != nil {
-				logger.Error(err, "Rewriting CDI specs failed")
-			}
-		}
-	default:
-	}
 	if binder != nil {
 		bctx, stop := context.WithCancel(ctx)
 		d.stopBinder = stop
@@ -267,6 +257,17 @@ func (d *Driver) Activate(claims ClaimPreparer, binder *Binder) {
 		d.wg.Go(func() { d.expireQuarantines(ctx) })
 	}
 	close(d.active)
+	// After close: a change from now on is onDevicesChanged's; one before
+	// is in Devices(). RefreshSpecs ignores the older of racing results.
+	select {
+	case <-d.discovered:
+		if claims != nil {
+			if err := claims.RefreshSpecs(d.Devices()); err != nil {
+				logger.Error(err, "Rewriting CDI specs failed")
+			}
+		}
+	default:
+	}
 	logger.Info("FPGA DRA driver active", "bindingConditions", binder != nil)
 	d.publish(ctx)
 }

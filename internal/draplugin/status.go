@@ -155,10 +155,10 @@ func failureReason(err error) string {
 		return "InvalidBitstream"
 	case errors.Is(err, program.ErrVerifyFailed):
 		return "VerificationFailed"
-	case errors.Is(err, program.ErrDevicesChanged):
-		return "DevicesRenumbered"
 	case errors.Is(err, program.ErrProgramFailed):
 		return "ProgrammingFailed"
+	case errors.Is(err, program.ErrDevicesChanged):
+		return "DevicesRenumbered"
 	case errors.Is(err, state.ErrNotProgrammable):
 		return "NotProgrammable"
 	case errors.Is(err, state.ErrAFUNotLoaded):

@@ -106,6 +106,7 @@ func (s *State) runJob(j *job) {
 		if s.jobs[j.device] == j {
 			delete(s.jobs, j.device)
 		}
+		s.recheckSpec(j.holder)
 		s.mu.Unlock()
 	}()
 	s.mu.Lock()

@@ -33,6 +33,8 @@ type op struct {
 	beforeBinding bool
 	// call is the kubelet call the operation belongs to (Expect), or nil.
 	call *announced
+	// refresh: the operation rewrites a stale spec (RefreshSpecs).
+	refresh bool
 }
 
 // PrepareOption adjusts one Prepare.
@@ -370,6 +372,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, specErr))
 		return
 	}
+	s.noteWritten(h.UID, recs, devs)
 	s.removeSupersededSpecs(logger, superseded)
 	if err != nil {
 		s.finish(op, op.out, fmt.Errorf("record claim %s: %w", h, err))
@@ -394,6 +397,7 @@ func (s *State) removeSupersededSpecs(logger klog.Logger, superseded []types.UID
 	}
 	s.mu.Lock()
 	for _, other := range superseded {
+		delete(s.written, other)
 		s.forgetVersion(other)
 	}
 	s.mu.Unlock()
@@ -447,6 +451,9 @@ func (s *State) finish(op *op, out Outcome, err error) {
 		op.reported = true
 		delete(s.ops, op.holder.UID)
 		s.forgetVersion(op.holder.UID)
+		if err == nil || !op.refresh {
+			s.recheckSpec(op.holder.UID)
+		}
 	}
 }
 
@@ -478,6 +485,7 @@ func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
 	}
 	if s.ops[op.holder.UID] == op {
 		delete(s.ops, op.holder.UID)
+		s.recheckSpec(op.holder.UID)
 	}
 	s.forgetVersion(op.holder.UID)
 	return out, op.err
@@ -640,5 +648,9 @@ func (s *State) writeSpec(h Holder, recs []DeviceRecord, devs *discovery.Result)
 	if err != nil {
 		return nil, err
 	}
-	return s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
+	ids, err := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
+	if err == nil {
+		s.noteWritten(h.UID, recs, devs)
+	}
+	return ids, err
 }

@@ -3,7 +3,6 @@ package state
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -11,52 +10,96 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// RefreshSpecs rewrites the CDI spec of every completed holder one of whose
-// ports has other device nodes in devs than in the result of the previous
-// call (the cards were enumerated anew): the runtime reads a claim's spec
-// at every container (re)start, and the kubelet prepares a prepared claim
-// no more, so a spec written before the renumbering would hand a
-// restarted container another card's port. Each rewrite runs as an
-// operation of its own, as an answered prepare does: a release waits for
-// it, and no prepare supersedes the holder meanwhile. The first call only
-// notes the nodes (Restore wrote every spec from its own result).
-func (s *State) RefreshSpecs(devs *discovery.Result) error {
-	now := map[string]string{}
+// portNodes describes a port's device nodes.
+func portNodes(p *discovery.Port) string {
+	var b strings.Builder
+	for _, n := range p.Nodes() {
+		fmt.Fprintf(&b, "%s %d:%d;", n.Path, n.Major, n.Minor)
+	}
+	return b.String()
+}
+
+// nodesIn is portNodes of every port of devs, by device name.
+func nodesIn(devs *discovery.Result) map[string]string {
+	m := map[string]string{}
 	for _, c := range devs.Cards {
 		for _, p := range c.Ports {
-			var b strings.Builder
-			for _, n := range p.Nodes() {
-				fmt.Fprintf(&b, "%s %d:%d;", n.Path, n.Major, n.Minor)
-			}
-			now[p.DeviceName()] = b.String()
+			m[p.DeviceName()] = portNodes(p)
 		}
 	}
-	type work struct {
-		op  *op
-		rec *ClaimRecord
+	return m
+}
+
+// nodesOf describes the device nodes recs' ports have (nodes: nodesIn of
+// a result); ok is false when one of them is not there (its card left
+// out of the pass).
+func nodesOf(nodes map[string]string, recs []DeviceRecord) (string, bool) {
+	var b strings.Builder
+	for _, d := range recs {
+		n, ok := nodes[d.Device]
+		if !ok {
+			return "", false
+		}
+		b.WriteString(n)
+		b.WriteByte('|')
 	}
-	var todo []work
+	return b.String(), true
+}
+
+// noteWritten records that uid's CDI spec was written from devs.
+func (s *State) noteWritten(uid types.UID, recs []DeviceRecord, devs *discovery.Result) {
+	nodes := map[string]string{}
+	for _, d := range recs {
+		if _, p, ok := devs.FindPort(d.Device); ok {
+			nodes[d.Device] = portNodes(p)
+		}
+	}
+	sig, ok := nodesOf(nodes, recs)
 	s.mu.Lock()
-	prev := s.specNodes
-	s.specNodes = now
-	if prev != nil {
-		for uid, rec := range s.cp.Claims {
-			u := types.UID(uid)
-			if rec.Phase != PhaseCompleted || s.ops[u] != nil || s.releasing[u] || !s.holdsRecord(u, rec) {
-				continue
-			}
-			if !slices.ContainsFunc(rec.Devices, func(d DeviceRecord) bool {
-				old, ok1 := prev[d.Device]
-				cur, ok2 := now[d.Device]
-				return ok1 && ok2 && old != cur
-			}) {
-				continue
-			}
-			h := Holder{UID: u, Namespace: rec.Namespace, Name: rec.Name}
-			todo = append(todo, work{op: s.newOp(h, func(error) {}, prepareOptions{}), rec: rec.clone()})
-		}
+	defer s.mu.Unlock()
+	if ok {
+		s.written[uid] = sig
+	} else {
+		delete(s.written, uid)
 	}
-	s.mu.Unlock()
+	if s.specDevs == nil || devs.Started.After(s.specDevs.Started) {
+		s.specDevs, s.specNodes = devs, nodesIn(devs)
+	}
+}
+
+type refreshWork struct {
+	op  *op
+	rec *ClaimRecord
+}
+
+// staleSpec starts, for a completed holder whose spec was not written from
+// specDevs' nodes and that nothing else is busy with, an operation that
+// rewrites it. Caller holds mu.
+func (s *State) staleSpec(u types.UID) *refreshWork {
+	rec := s.cp.Claims[string(u)]
+	if s.specDevs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops[u] != nil || s.releasing[u] || s.hasJobs(u) || !s.holdsRecord(u, rec) {
+		return nil
+	}
+	sig, ok := nodesOf(s.specNodes, rec.Devices)
+	if w, known := s.written[u]; !ok || (known && w == sig) {
+		return nil
+	}
+	h := Holder{UID: u, Namespace: rec.Namespace, Name: rec.Name}
+	o := s.newOp(h, func(error) {}, prepareOptions{})
+	o.refresh = true
+	return &refreshWork{op: o, rec: rec.clone()}
+}
+
+// recheckSpec rewrites, in the background, uid's spec when an operation or
+// job that kept RefreshSpecs from it ended. Caller holds mu.
+func (s *State) recheckSpec(u types.UID) {
+	if w := s.staleSpec(u); w != nil {
+		devs := s.specDevs
+		go s.rewrite([]*refreshWork{w}, devs)
+	}
+}
+
+func (s *State) rewrite(todo []*refreshWork, devs *discovery.Result) error {
 	var errs []error
 	for _, w := range todo {
 		out, err := s.completed(w.op.holder, w.rec, nil, devs)
@@ -66,4 +109,29 @@ func (s *State) RefreshSpecs(devs *discovery.Result) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RefreshSpecs rewrites the CDI spec of every completed holder whose spec
+// was not written from the device nodes its ports have in devs (the cards
+// were enumerated anew, or its card was missing when the spec was
+// written): the runtime reads a claim's spec at every container
+// (re)start, and the kubelet prepares a prepared claim no more. A holder
+// busy with an operation or a programming job is rewritten when that
+// ends. A result older than one seen before is ignored.
+func (s *State) RefreshSpecs(devs *discovery.Result) error {
+	now := nodesIn(devs)
+	s.mu.Lock()
+	if s.specDevs != nil && devs.Started.Before(s.specDevs.Started) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.specDevs, s.specNodes = devs, now
+	var todo []*refreshWork
+	for uid := range s.cp.Claims {
+		if w := s.staleSpec(types.UID(uid)); w != nil {
+			todo = append(todo, w)
+		}
+	}
+	s.mu.Unlock()
+	return s.rewrite(todo, devs)
 }

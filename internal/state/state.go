@@ -233,9 +233,13 @@ type State struct {
 	// a claim that pins a digest or names an OCI reference is programmed
 	// unless it matches.
 	loaded map[string]loadedFile
-	// specNodes are the device nodes of each port (DeviceName ->
-	// "path major:minor ...") in the result RefreshSpecs saw last.
-	specNodes map[string]string
+	// specDevs is the newest discovery result RefreshSpecs or Restore
+	// saw; written is, for each holder whose CDI spec this process
+	// wrote, the device nodes it was written from (nodesOf). A completed
+	// holder whose written differs from specDevs has a stale spec.
+	specDevs  *discovery.Result
+	specNodes map[string]string // nodesIn(specDevs)
+	written   map[types.UID]string
 	// gen counts changes of cp; see commit.go.
 	gen uint64
 	// versions is the Version of each holder with a record or an
@@ -290,6 +294,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		jobs:      map[string]*job{},
 		ports:     map[string]*sync.Mutex{},
 		loaded:    map[string]loadedFile{},
+		written:   map[types.UID]string{},
 		journal:   journal{file: cpFile, arrived: make(chan struct{}, 1), maxGather: maxGather, streamGap: streamGap},
 	}
 	if warning != nil {

@@ -202,6 +202,9 @@ func (s *State) runRelease(rel *op) {
 	defer s.mu.Unlock()
 	delete(s.releasing, uid)
 	delete(s.ops, uid)
+	if err == nil {
+		delete(s.written, uid)
+	}
 	s.forgetVersion(uid)
 	rel.err = err
 	close(rel.done)

@@ -154,6 +154,10 @@ func openFME(card *discovery.Card) (int, error) {
 	switch {
 	case errors.Is(err, unix.EBUSY):
 		return -1, fmt.Errorf("%w: FME %s is held open by another process (older kernels allow one open): stop the other user (an OPAE tool or another driver) and retry: %w", ErrProgramFailed, card.FME.HostPath, err)
+	case err != nil && fmeChanged(card):
+		// The node is gone because the card is: removed or enumerated
+		// anew since discovery (sameFME's case, before it could look).
+		return -1, fmt.Errorf("%w: open FME %s: %w: card %s was removed or re-enumerated since discovery; retry", ErrDevicesChanged, card.FME.HostPath, err, card.PCIAddress)
 	case err != nil:
 		return -1, fmt.Errorf("%w: open FME %s: %w", ErrProgramFailed, card.FME.HostPath, err)
 	}
@@ -180,19 +184,33 @@ func sameFME(fd int, card *discovery.Card) error {
 	}
 	got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	want := fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor)
-	now := want
-	if card.FME.SysfsPath != "" {
-		b, err := os.ReadFile(filepath.Join(card.FME.SysfsPath, "dev"))
-		if err != nil {
-			return fmt.Errorf("%w: card %s's FME %s is gone (%v): the card was removed or re-enumerated since discovery; retry", ErrDevicesChanged, card.PCIAddress, card.FME.SysfsPath, err)
-		}
-		now = strings.TrimSpace(string(b))
+	now, err := fmeDevNow(card)
+	if err != nil {
+		return fmt.Errorf("%w: card %s's FME %s is gone (%v): the card was removed or re-enumerated since discovery; retry", ErrDevicesChanged, card.PCIAddress, card.FME.SysfsPath, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR || got != want || got != now {
 		return fmt.Errorf("%w: %s is device %s, card %s's FME was %s at discovery and is %s now: the cards were re-enumerated; retry",
 			ErrDevicesChanged, card.FME.HostPath, got, card.PCIAddress, want, now)
 	}
 	return nil
+}
+
+// fmeChanged reports whether the card's FME, as sysfs shows it now, is
+// gone or another device than discovery saw.
+func fmeChanged(card *discovery.Card) bool {
+	now, err := fmeDevNow(card)
+	return err != nil || now != fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor)
+}
+
+// fmeDevNow is the device number ("major:minor") the card's FME directory
+// in sysfs shows now; discovery's when the card has no such directory
+// (not from discovery).
+func fmeDevNow(card *discovery.Card) (string, error) {
+	if card.FME.SysfsPath == "" {
+		return fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor), nil
+	}
+	b, err := os.ReadFile(filepath.Join(card.FME.SysfsPath, "dev"))
+	return strings.TrimSpace(string(b)), err
 }
 
 // fmeLocks serialises PR per FME: older kernels do not serialise two ports
