@@ -105,9 +105,9 @@ const DefaultSliceSyncDelay = time.Second
 type ClaimPreparer interface {
 	Prepare(ctx context.Context, claims []*resourceapi.ResourceClaim, devices *discovery.Result) map[types.UID]kubeletplugin.PrepareResult
 	Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error
-	// RefreshSpecs rewrites the CDI specs of prepared claims whose ports'
-	// device nodes changed since its previous call (the first call only
-	// notes them).
+	// RefreshSpecs rewrites the CDI specs of prepared claims that were
+	// not written from the device nodes their ports have in devices
+	// (state.State.RefreshSpecs).
 	RefreshSpecs(devices *discovery.Result) error
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -95,7 +96,11 @@ func (s *State) staleSpec(u types.UID) *refreshWork {
 func (s *State) recheckSpec(u types.UID) {
 	if w := s.staleSpec(u); w != nil {
 		devs := s.specDevs
-		go s.rewrite([]*refreshWork{w}, devs)
+		go func() {
+			if err := s.rewrite([]*refreshWork{w}, devs); err != nil {
+				klog.FromContext(s.ctx).Error(err, "Rewriting a CDI spec from the devices' nodes as they are now failed; the next change of the devices tries again")
+			}
+		}()
 	}
 }
 

@@ -1,0 +1,190 @@
+package state_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+)
+
+// wantNode fails unless uid's spec names dev's node as devs has it, now
+// or, rewritten in the background when an operation ended, within a few
+// seconds.
+func wantNode(t *testing.T, n *testnode.Node, uid, dev string, devs *discovery.Result) {
+	t.Helper()
+	_, port, _ := devs.FindPort(dev)
+	var got []specNode
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		got = specNodes(t, n, uid)
+		if len(got) == 1 && got[0].Path == port.Node.Path && got[0].Minor == int64(port.Node.Minor) {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("spec of %s names %+v; %s is %s %d:%d now (another card's port gets into a restarted container)", uid, got, dev, port.Node.Path, port.Node.Major, port.Node.Minor)
+}
+
+// refresh calls RefreshSpecs and fails on its error.
+func refresh(t *testing.T, n *testnode.Node, devs *discovery.Result) {
+	t.Helper()
+	if err := n.State.RefreshSpecs(devs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// twoCards is a node of two cards with h prepared on card 0's port, unless
+// h is empty; it returns the node, its devices and that port's name.
+func twoCards(t *testing.T, opts testnode.Options, h state.Holder) (*testnode.Node, *discovery.Result, string) {
+	t.Helper()
+	opts.Sim = simnode.Options{Cards: 2}
+	n := testnode.New(t, opts)
+	devs := n.Devices(t)
+	dev := devs.Cards[0].Ports[0].DeviceName()
+	if h.UID != "" {
+		if _, err := n.State.Prepare(context.Background(), h, request(dev, nil), devs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, devs, dev
+}
+
+// heldAtProgrammed returns OnStep hooks that hold uid's programming after
+// it programmed, until release is closed, and tell inProg when it is held.
+func heldAtProgrammed(uid types.UID) (opts testnode.Options, inProg chan struct{}, release chan struct{}) {
+	release, inProg = make(chan struct{}), make(chan struct{}, 1)
+	opts.OnStep = func(s state.Step, h types.UID) {
+		if s == state.StepProgrammed && h == uid {
+			inProg <- struct{}{}
+			<-release
+		}
+	}
+	return opts, inProg, release
+}
+
+// without is devs without its card-th card, as a pass that left it out.
+func without(devs *discovery.Result, card int) *discovery.Result {
+	out := *devs
+	out.Cards = append(append([]*discovery.Card{}, devs.Cards[:card]...), devs.Cards[card+1:]...)
+	return &out
+}
+
+// swap enumerates the first ports of cards 0 and 1 anew (simnode.SwapPorts).
+func swap(t *testing.T, n *testnode.Node) {
+	t.Helper()
+	if err := simnode.SwapPorts(n.Sim.Root, n.Sim.Cards[0].Ports[0].SysfsPath, n.Sim.Cards[1].Ports[0].SysfsPath); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRefreshAfterCardLeftOut: a pass that left card 0 out (a stuck read)
+// does not lose what x's spec was written from: when card 0 comes back
+// renumbered, x's spec is rewritten.
+func TestRefreshAfterCardLeftOut(t *testing.T) {
+	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
+	refresh(t, n, devs0) // Activate
+	refresh(t, n, without(devs0, 0))
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1)
+	wantNode(t, n, "uid-x", devX, devs1)
+}
+
+// TestRefreshOfABusyHolder: a prepare that was programming while the
+// cards were renumbered is skipped by the RefreshSpecs that saw the
+// change, then writes its spec from the result it started with; the spec
+// is rewritten once it ended.
+func TestRefreshOfABusyHolder(t *testing.T) {
+	opts, inProg, release := heldAtProgrammed("uid-x")
+	n, devs0, devX := twoCards(t, opts, state.Holder{})
+	ctx := context.Background()
+	refresh(t, n, devs0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.State.Prepare(ctx, holder("x"), request(devX, ask(testnode.NewAFU, "")), devs0)
+		done <- err
+	}()
+	<-inProg
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1) // x is busy: skipped
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, n, devs1) // any later pass (a health flip)
+	wantNode(t, n, "uid-x", devX, devs1)
+}
+
+// TestRefreshAfterAStalePrepare: a prepare answered from the record with
+// the result it read before the change (the driver reads Devices() before
+// State.Prepare) rewrites the spec after RefreshSpecs fixed it; it is
+// fixed again.
+func TestRefreshAfterAStalePrepare(t *testing.T) {
+	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
+	ctx := context.Background()
+	refresh(t, n, devs0)
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1)
+	if _, err := n.State.Prepare(ctx, holder("x"), request(devX, nil), devs0); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, n, devs1)
+	wantNode(t, n, "uid-x", devX, devs1)
+}
+
+// TestRefreshWritesWhatRestoreCouldNot: Restore could not write x's spec
+// (card 0 left out of its scan, the CDI tmpfs emptied by a reboot); a
+// RefreshSpecs that sees card 0 writes it.
+func TestRefreshWritesWhatRestoreCouldNot(t *testing.T) {
+	n1, _, _ := twoCards(t, testnode.Options{}, holder("x"))
+	ctx := context.Background()
+	n1.Stop()
+	if err := os.Remove(n1.CDI.SpecPath("uid-x")); err != nil { // reboot: tmpfs
+		t.Fatal(err)
+	}
+	n2 := testnode.New(t, testnode.Options{Restart: n1, NoRestore: true})
+	_, _ = n2.State.Restore(ctx, without(n2.Devices(t), 0)) // card 0 left out: its spec cannot be written
+	devs := n2.Devices(t)
+	refresh(t, n2, devs) // Activate
+	refresh(t, n2, devs)
+	if _, err := os.Stat(n2.CDI.SpecPath("uid-x")); err != nil {
+		t.Fatalf("claim x, completed, has no CDI spec although its card is back: %v", err)
+	}
+}
+
+// TestRefreshAfterProgramHeld: the programming hook's job (ProgramHeld),
+// which is no operation, writes the spec from the result the hook read
+// before the change, after RefreshSpecs wrote it from the new one; the
+// spec is rewritten once the job ended.
+func TestRefreshAfterProgramHeld(t *testing.T) {
+	opts, inProg, release := heldAtProgrammed("legacy-x")
+	n, devs0, devX := twoCards(t, opts, legacy("x"))
+	ctx := context.Background()
+	refresh(t, n, devs0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.State.ProgramHeld(ctx, "legacy-x", devX, simnode.DefaultInterfaceID, testnode.NewAFU, devs0)
+		done <- err
+	}()
+	<-inProg
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, n, devs1)
+	wantNode(t, n, "legacy-x", devX, devs1)
+}
