@@ -266,7 +266,8 @@ func (s *State) expecting() bool {
 			continue
 		default:
 		}
-		if !s.hasJobs(uid) {
+		// A spec rewrite (RefreshSpecs) commits nothing.
+		if !op.refresh && !s.hasJobs(uid) {
 			n++
 		}
 	}

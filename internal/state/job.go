@@ -228,8 +228,9 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 	return bs, nil
 }
 
-// WaitIdle waits until no programming job runs, or ctx ends. Programming
-// cannot be stopped part way; a process that hands the node to another
+// WaitIdle waits until no programming job and no CDI spec rewrite
+// (RefreshSpecs) runs, or ctx ends; once the State's context ended, no
+// rewrite starts. Programming cannot be stopped part way; a process that hands the node to another
 // (a rolling update) stops taking work and calls WaitIdle before it
 // releases the state lock, so that two processes never program at once.
 func (s *State) WaitIdle(ctx context.Context) error {
@@ -240,7 +241,22 @@ func (s *State) WaitIdle(ctx context.Context) error {
 			running = j
 			break
 		}
+		var rewriting *op
+		for _, o := range s.ops {
+			if o.refresh {
+				rewriting = o
+			}
+		}
 		s.mu.Unlock()
+		if running == nil && rewriting != nil {
+			// A spec rewrite (RefreshSpecs) in the background: short.
+			select {
+			case <-rewriting.done:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("rewrite of the CDI spec of %s still running: %w", rewriting.holder, context.Cause(ctx))
+			}
+		}
 		if running == nil {
 			return nil
 		}

@@ -446,7 +446,10 @@ func (s *State) finish(op *op, out Outcome, err error) {
 	}
 	close(op.done)
 	s.journal.wake() // one operation fewer to wait for
-	s.changed(op.holder.UID)
+	if !op.refresh {
+		// A spec rewrite changes no hold.
+		s.changed(op.holder.UID)
+	}
 	if len(out.Programmed) == 0 && !op.release {
 		op.reported = true
 		delete(s.ops, op.holder.UID)

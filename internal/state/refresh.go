@@ -78,16 +78,18 @@ type refreshWork struct {
 // rewrites it. Caller holds mu.
 func (s *State) staleSpec(u types.UID) *refreshWork {
 	rec := s.cp.Claims[string(u)]
-	if s.specDevs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops[u] != nil || s.releasing[u] || s.hasJobs(u) || !s.holdsRecord(u, rec) {
+	if s.ctx.Err() != nil || s.specDevs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops[u] != nil || s.releasing[u] || s.hasJobs(u) || !s.holdsRecord(u, rec) {
 		return nil
 	}
 	sig, ok := nodesOf(s.specNodes, rec.Devices)
 	if w, known := s.written[u]; !ok || (known && w == sig) {
 		return nil
 	}
-	h := Holder{UID: u, Namespace: rec.Namespace, Name: rec.Name}
-	o := s.newOp(h, func(error) {}, prepareOptions{})
-	o.refresh = true
+	// An operation of its own, as an answered prepare's (a release waits
+	// for it, no prepare supersedes the holder meanwhile), but no change
+	// of the holder's Version: the hold stays as it was.
+	o := &op{holder: Holder{UID: u, Namespace: rec.Namespace, Name: rec.Name}, cancel: func(error) {}, done: make(chan struct{}), refresh: true}
+	s.ops[u] = o
 	return &refreshWork{op: o, rec: rec.clone()}
 }
 

@@ -125,20 +125,30 @@ func TestRefreshOfABusyHolder(t *testing.T) {
 	wantNode(t, n, "uid-x", devX, devs1)
 }
 
+// stalePrepare is a node whose cards were enumerated anew after holder x
+// was prepared on card 0's port, and RefreshSpecs saw it; x is then
+// prepared again, answered from its record with the result from before
+// (the driver reads Devices() before State.Prepare), which writes its spec
+// from that result. It returns the node, x's port and the new result.
+func stalePrepare(t *testing.T) (*testnode.Node, string, *discovery.Result) {
+	t.Helper()
+	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
+	refresh(t, n, devs0)
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1)
+	if _, err := n.State.Prepare(context.Background(), holder("x"), request(devX, nil), devs0); err != nil {
+		t.Fatal(err)
+	}
+	return n, devX, devs1
+}
+
 // TestRefreshAfterAStalePrepare: a prepare answered from the record with
 // the result it read before the change (the driver reads Devices() before
 // State.Prepare) rewrites the spec after RefreshSpecs fixed it; it is
 // fixed again.
 func TestRefreshAfterAStalePrepare(t *testing.T) {
-	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
-	ctx := context.Background()
-	refresh(t, n, devs0)
-	swap(t, n)
-	devs1 := n.Devices(t)
-	refresh(t, n, devs1)
-	if _, err := n.State.Prepare(ctx, holder("x"), request(devX, nil), devs0); err != nil {
-		t.Fatal(err)
-	}
+	n, devX, devs1 := stalePrepare(t)
 	refresh(t, n, devs1)
 	wantNode(t, n, "uid-x", devX, devs1)
 }
@@ -187,4 +197,35 @@ func TestRefreshAfterProgramHeld(t *testing.T) {
 	}
 	refresh(t, n, devs1)
 	wantNode(t, n, "legacy-x", devX, devs1)
+}
+
+// TestRewriteEndsBeforeWaitIdle: a spec rewrite started in the background
+// when an operation ended (its spec was written from an older result) is
+// over once WaitIdle returns: a stopping daemon that hands the node to the
+// next writes no spec after that.
+func TestRewriteEndsBeforeWaitIdle(t *testing.T) {
+	// The rewrite starts as the stale prepare's operation ends.
+	n, devX, devs1 := stalePrepare(t)
+	n.Stop()
+	if err := n.State.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := devs1.FindPort(devX)
+	if got := specNodes(t, n, "uid-x"); len(got) != 1 || got[0].Path != port.Node.Path {
+		t.Fatalf("spec of x names %+v once WaitIdle returned, want %s: the rewrite is still running", got, port.Node.Path)
+	}
+}
+
+// TestRefreshKeepsTheVersion: a spec rewrite changes no hold, and so not
+// the holder's Version: a release decided before it (the stale releaser's)
+// is not refused as "prepared again".
+func TestRefreshKeepsTheVersion(t *testing.T) {
+	n, devs0, _ := twoCards(t, testnode.Options{}, legacy("x"))
+	refresh(t, n, devs0)
+	v := n.State.Version("legacy-x")
+	swap(t, n)
+	refresh(t, n, n.Devices(t))
+	if err := n.State.Unprepare(context.Background(), "legacy-x", state.IfUnchanged(v)); err != nil {
+		t.Fatalf("release decided before a spec rewrite: %v", err)
+	}
 }
