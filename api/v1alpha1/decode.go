@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -118,8 +119,24 @@ func checkSingleDocument(raw []byte) error {
 	}
 }
 
-// fpgaConfigFields are FpgaConfig's JSON field names.
-var fpgaConfigFields = []string{"apiVersion", "kind", "afuID", "interfaceID", "bitstream", "bitstreamRef", "sha256", "programming"}
+// fpgaConfigFields are FpgaConfig's JSON field names, read from its tags.
+var fpgaConfigFields = jsonFields(reflect.TypeFor[FpgaConfig]())
+
+// jsonFields lists the JSON names of struct type t's fields, those of
+// inline structs (TypeMeta) included.
+func jsonFields(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case opts == "inline":
+			names = append(names, jsonFields(f.Type)...)
+		case name != "" && name != "-":
+			names = append(names, name)
+		}
+	}
+	return names
+}
 
 // unknownFieldHint names the fix for a strict decoding error's unknown
 // fields: the field of that name in another case (afuId, the Intel

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
@@ -33,17 +31,7 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 	if err := fromUnstructured(obj, af); err != nil {
 		return err
 	}
-	if af.DeletionTimestamp != nil {
-		if slices.Contains(af.Finalizers, metav1.FinalizerOrphanDependents) {
-			// Deleted with propagation Orphan: the garbage collector
-			// keeps the classes (it removes their owner references);
-			// neither create nor delete them.
-			return nil
-		}
-		// Being deleted (foreground deletion, or a finalizer): the garbage
-		// collector is deleting the classes; re-creating them would fight
-		// it and keep the class allocatable.
-		_, err := c.applyClasses(ctx, owner, nil)
+	if deleting, err := c.deleting(ctx, owner, af); deleting {
 		return err
 	}
 

@@ -178,3 +178,20 @@ func (c *Controller) noteDroppedFields(ctx context.Context, want, got *resourcea
 		klog.FromContext(ctx).Info("The API server does not keep DeviceClass extendedResourceName (is the DRAExtendedResource feature gate off?): pods that ask for an accelerator function's extended resource are not served through DRA on this cluster", "deviceClass", want.Name, "extendedResourceName", *want.Spec.ExtendedResourceName)
 	}
 }
+
+// deleting reports whether owner o is being deleted, and then leaves its
+// classes to the garbage collector: with propagation Orphan the collector
+// keeps them (it removes their owner references), so they are neither
+// created nor deleted; otherwise (foreground deletion, or a finalizer) it
+// is deleting them, and they are deleted rather than created again,
+// which would fight it and keep a class allocatable.
+func (c *Controller) deleting(ctx context.Context, owner key, o metav1.Object) (bool, error) {
+	switch {
+	case o.GetDeletionTimestamp() == nil:
+		return false, nil
+	case slices.Contains(o.GetFinalizers(), metav1.FinalizerOrphanDependents):
+		return true, nil
+	}
+	_, err := c.applyClasses(ctx, owner, nil)
+	return true, err
+}

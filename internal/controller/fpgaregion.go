@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
@@ -31,14 +29,7 @@ func (c *Controller) syncFpgaRegion(ctx context.Context, name string) error {
 	if err := fromUnstructured(obj, region); err != nil {
 		return err
 	}
-	if region.DeletionTimestamp != nil {
-		if slices.Contains(region.Finalizers, metav1.FinalizerOrphanDependents) {
-			// Deleted with propagation Orphan: the garbage collector
-			// keeps the classes (it removes their owner references);
-			// neither create nor delete them.
-			return nil
-		}
-		_, err := c.applyClasses(ctx, owner, nil)
+	if deleting, err := c.deleting(ctx, owner, region); deleting {
 		return err
 	}
 

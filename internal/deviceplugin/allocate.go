@@ -197,22 +197,38 @@ func (p *Plugin) lookup(r *resourceServer, ids []string) ([]*device, *discovery.
 	return devices, p.devices, err
 }
 
+// heldDevice is a device a legacy hold holds, as its record has it.
+type heldDevice struct {
+	uid types.UID
+	state.DeviceRecord
+}
+
+// heldUnder lists the devices the legacy holds of resource fullName hold.
+func (p *Plugin) heldUnder(fullName string) []heldDevice {
+	holders := p.cfg.State.Holders()
+	var out []heldDevice
+	for _, rec := range p.cfg.State.Records() {
+		uid := types.UID(rec.UID)
+		if !IsLegacyHolder(uid) || rec.Name != fullName {
+			continue
+		}
+		for _, d := range rec.Devices {
+			if holders[d.Device] == uid {
+				out = append(out, heldDevice{uid, d})
+			}
+		}
+	}
+	return out
+}
+
 // sameKubeletIDs refuses a port that a legacy hold recorded under another
 // kubelet device ID: the cards were re-enumerated since, the kubelet
 // still counts the old ID as the running container's and the new one as
-// free, so neither re-allocating nor superseding the hold is safe.
+// free, so neither re-allocating nor superseding the hold is safe. Holds
+// of another resource are supersedable's to refuse.
 func (p *Plugin) sameKubeletIDs(fullName string, reqs []state.DeviceRequest) error {
-	holders := p.cfg.State.Holders()
-	for _, rq := range reqs {
-		uid, held := holders[rq.Device]
-		if !held || !IsLegacyHolder(uid) {
-			continue
-		}
-		rec, ok := p.cfg.State.Claim(uid)
-		if !ok || rec.Name != fullName {
-			continue // another resource's hold: supersedable refuses it
-		}
-		for _, d := range rec.Devices {
+	for _, d := range p.heldUnder(fullName) {
+		for _, rq := range reqs {
 			if d.Device == rq.Device && len(d.Requests) > 0 && !slices.Equal(d.Requests, rq.Requests) {
 				return fmt.Errorf("port %s was allocated as %v and is %v now (the cards were re-enumerated): the container given %v may still run; it is released once the kubelet lists no container with it", rq.Device, d.Requests, rq.Requests, d.Requests)
 			}
@@ -238,22 +254,10 @@ func (p *Plugin) releaseReissued(ctx context.Context, fullName string, reqs []st
 		}
 	}
 	stale := map[types.UID]bool{}
-	for dev, uid := range p.cfg.State.Holders() {
-		if stale[uid] || !IsLegacyHolder(uid) {
-			continue
-		}
-		rec, ok := p.cfg.State.Claim(uid)
-		if !ok || rec.Name != fullName {
-			continue
-		}
-		for _, d := range rec.Devices {
-			if d.Device != dev {
-				continue
-			}
-			for _, id := range d.Requests {
-				if ports, ok := asked[id]; ok && !slices.Contains(ports, dev) {
-					stale[uid] = true
-				}
+	for _, d := range p.heldUnder(fullName) {
+		for _, id := range d.Requests {
+			if ports, ok := asked[id]; ok && !slices.Contains(ports, d.Device) {
+				stale[d.uid] = true
 			}
 		}
 	}

@@ -226,8 +226,9 @@ func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceReque
 	return reqs, nil
 }
 
-// RefreshSpecs rewrites the CDI specs of prepared claims whose ports'
-// nodes changed (see state.State.RefreshSpecs).
+// RefreshSpecs implements ClaimPreparer: the CDI specs of prepared claims
+// not written from their ports' nodes in devs are rewritten
+// (state.State.RefreshSpecs).
 func (c *Claims) RefreshSpecs(devs *discovery.Result) error { return c.State.RefreshSpecs(devs) }
 
 // Unprepare implements ClaimPreparer. Claims are independent: they are

@@ -230,9 +230,10 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 
 // WaitIdle waits until no programming job and no CDI spec rewrite
 // (RefreshSpecs) runs, or ctx ends; once the State's context ended, no
-// rewrite starts. Programming cannot be stopped part way; a process that hands the node to another
-// (a rolling update) stops taking work and calls WaitIdle before it
-// releases the state lock, so that two processes never program at once.
+// rewrite starts. Programming cannot be stopped part way; a process that
+// hands the node to another (a rolling update) stops taking work and
+// calls WaitIdle before it releases the state lock, so that two
+// processes never program at once.
 func (s *State) WaitIdle(ctx context.Context) error {
 	for {
 		s.mu.Lock()
@@ -245,6 +246,7 @@ func (s *State) WaitIdle(ctx context.Context) error {
 		for _, o := range s.ops {
 			if o.refresh {
 				rewriting = o
+				break
 			}
 		}
 		s.mu.Unlock()

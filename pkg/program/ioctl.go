@@ -183,7 +183,7 @@ func sameFME(fd int, card *discovery.Card) error {
 		return fmt.Errorf("%w: stat FME %s: %w", ErrProgramFailed, card.FME.HostPath, err)
 	}
 	got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	want := fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor)
+	want := fmeDevSeen(card)
 	now, err := fmeDevNow(card)
 	if err != nil {
 		return fmt.Errorf("%w: card %s's FME %s is gone (%v): the card was removed or re-enumerated since discovery; retry", ErrDevicesChanged, card.PCIAddress, card.FME.SysfsPath, err)
@@ -199,7 +199,13 @@ func sameFME(fd int, card *discovery.Card) error {
 // gone or another device than discovery saw.
 func fmeChanged(card *discovery.Card) bool {
 	now, err := fmeDevNow(card)
-	return err != nil || now != fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor)
+	return err != nil || now != fmeDevSeen(card)
+}
+
+// fmeDevSeen is the device number ("major:minor") discovery saw for the
+// card's FME.
+func fmeDevSeen(card *discovery.Card) string {
+	return fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor)
 }
 
 // fmeDevNow is the device number ("major:minor") the card's FME directory
@@ -207,7 +213,7 @@ func fmeChanged(card *discovery.Card) bool {
 // (not from discovery).
 func fmeDevNow(card *discovery.Card) (string, error) {
 	if card.FME.SysfsPath == "" {
-		return fmt.Sprintf("%d:%d", card.FME.Major, card.FME.Minor), nil
+		return fmeDevSeen(card), nil
 	}
 	b, err := os.ReadFile(filepath.Join(card.FME.SysfsPath, "dev"))
 	return strings.TrimSpace(string(b)), err
