@@ -3,6 +3,8 @@ package state
 import (
 	"errors"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // withJournal runs f on s's journal while no flush runs.
@@ -60,3 +62,8 @@ func HealCheckpointWrites(s *State) error {
 	withJournal(s, func(j *journal) { err = j.file.reopen() })
 	return err
 }
+
+// SetOnCompleted makes s call f as it begins to answer a completed holder
+// or to rewrite its spec (completed), before it looks at the record. Set
+// it before s is used.
+func SetOnCompleted(s *State, f func(types.UID)) { s.onCompleted = f }

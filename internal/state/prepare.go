@@ -533,7 +533,27 @@ func (s *State) answer(op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *dis
 // (a record rebuilt from a CDI spec after damage, which has none) is
 // answered with those of reqs, so that the kubelet hands it to the
 // containers that asked.
+//
+// It waits for a programming job of the holder's devices (the hook's,
+// ProgramHeld, whose recordAFU writes the spec too) and writes the spec
+// from the record as it is then: never from an older copy after that job
+// wrote the AFU it loaded.
 func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
+	if s.onCompleted != nil {
+		s.onCompleted(h.UID)
+	}
+	unlock := s.lockPorts(rec.Devices)
+	defer unlock()
+	rec = rec.clone()
+	s.mu.Lock()
+	if cur := s.cp.Claims[string(h.UID)]; cur != nil {
+		for i, d := range rec.Devices {
+			if j := slices.IndexFunc(cur.Devices, func(c DeviceRecord) bool { return c.Device == d.Device }); j >= 0 {
+				rec.Devices[i].AFUID = cur.Devices[j].AFUID
+			}
+		}
+	}
+	s.mu.Unlock()
 	if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
 		return Outcome{}, fmt.Errorf("rewrite CDI spec of claim %s: %w", h, err)
 	}

@@ -2,7 +2,10 @@ package state_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -227,5 +231,98 @@ func TestRefreshKeepsTheVersion(t *testing.T) {
 	refresh(t, n, n.Devices(t))
 	if err := n.State.Unprepare(context.Background(), "legacy-x", state.IfUnchanged(v)); err != nil {
 		t.Fatalf("release decided before a spec rewrite: %v", err)
+	}
+}
+
+// specAFUs is the FPGA_AFU_IDS of uid's CDI spec.
+func specAFUs(t *testing.T, n *testnode.Node, uid string) string {
+	t.Helper()
+	b, err := os.ReadFile(n.CDI.SpecPath(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		ContainerEdits struct {
+			Env []string `json:"env"`
+		} `json:"containerEdits"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range s.ContainerEdits.Env {
+		if v, ok := strings.CutPrefix(e, cdi.EnvAFUIDs+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("spec of %s has no %s", uid, cdi.EnvAFUIDs)
+	return ""
+}
+
+// TestSpecWriteDoesNotUndoProgramHeld: a spec write that began, with the
+// holder's record as it was, before the programming hook's job
+// (ProgramHeld) loaded another AFU and wrote the spec, does not end after
+// it with the AFU from before: the spec, and the answer, name the AFU the
+// region carries, as the record does. The write is a spec rewrite
+// (RefreshSpecs) or a prepare answered from the record.
+func TestSpecWriteDoesNotUndoProgramHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(n *testnode.Node, devX string, devs *discovery.Result) (state.Outcome, error)
+	}{
+		{"rewrite", func(n *testnode.Node, _ string, devs *discovery.Result) (state.Outcome, error) {
+			return state.Outcome{}, n.State.RefreshSpecs(devs)
+		}},
+		{"prepare answered from the record", func(n *testnode.Node, devX string, devs *discovery.Result) (state.Outcome, error) {
+			return n.State.Prepare(context.Background(), legacy("x"), request(devX, nil), devs)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, devs0, devX := twoCards(t, testnode.Options{}, legacy("x"))
+			refresh(t, n, devs0)
+			began, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			state.SetOnCompleted(n.State, func(uid types.UID) {
+				if uid == "legacy-x" {
+					once.Do(func() {
+						close(began)
+						<-resume
+					})
+				}
+			})
+			swap(t, n) // so that the rewrite has work to do
+			devs1 := n.Devices(t)
+			type result struct {
+				out state.Outcome
+				err error
+			}
+			written := make(chan result, 1)
+			go func() {
+				out, err := tc.write(n, devX, devs1)
+				written <- result{out, err}
+			}()
+			<-began
+			programmed := make(chan error, 1)
+			go func() {
+				_, err := n.State.ProgramHeld(context.Background(), "legacy-x", devX, simnode.DefaultInterfaceID, testnode.NewAFU, devs1)
+				programmed <- err
+			}()
+			// The job runs to its end while the write waits (it
+			// would be a correct order too if it waited for the write).
+			if err := <-programmed; err != nil {
+				t.Fatal(err)
+			}
+			close(resume)
+			r := <-written
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if got := specAFUs(t, n, "legacy-x"); got != testnode.NewAFU {
+				t.Fatalf("spec of x names AFU %s after ProgramHeld loaded %s: a write begun before it ended after it", got, testnode.NewAFU)
+			}
+			if len(r.out.Devices) == 1 && r.out.Devices[0].AFUID != testnode.NewAFU {
+				t.Fatalf("prepare answered AFU %s, the region carries %s", r.out.Devices[0].AFUID, testnode.NewAFU)
+			}
+			wantNode(t, n, "legacy-x", devX, devs1)
+		})
 	}
 }

@@ -72,6 +72,7 @@ type Config struct {
 	Load        program.LoadOptions
 	// OnProgrammed runs after every programming job (successful or not),
 	// so the new AFU ID is re-read and republished and the outcome counted.
+	// It runs with the region locked: it must not wait for the State.
 	OnProgrammed func(Programming)
 	// OnStep, when set, runs at each step that changes what the node holds
 	// or what a region carries (see Step), with the holder concerned. It
@@ -240,6 +241,8 @@ type State struct {
 	specDevs  *discovery.Result
 	specNodes map[string]string // nodesIn(specDevs)
 	written   map[types.UID]string
+	// onCompleted, when set, is called as completed begins (tests).
+	onCompleted func(types.UID)
 	// gen counts changes of cp; see commit.go.
 	gen uint64
 	// versions is the Version of each holder with a record or an
@@ -409,7 +412,8 @@ func (s *State) holderName(uid types.UID) string {
 	return string(uid)
 }
 
-// portLock returns the lock that serialises programming of a device.
+// portLock returns the lock that serialises programming of a device, and
+// the spec writes that must not pass a programming job (lockPorts).
 // Caller holds mu.
 func (s *State) portLock(device string) *sync.Mutex {
 	l := s.ports[device]
@@ -418,4 +422,30 @@ func (s *State) portLock(device string) *sync.Mutex {
 		s.ports[device] = l
 	}
 	return l
+}
+
+// lockPorts takes the port locks of recs' devices, in the order of their
+// names (runJob takes one), and returns their release. Callers must not
+// hold mu or a port lock.
+func (s *State) lockPorts(recs []DeviceRecord) (unlock func()) {
+	devices := make([]string, 0, len(recs))
+	for _, d := range recs {
+		devices = append(devices, d.Device)
+	}
+	slices.Sort(devices)
+	devices = slices.Compact(devices)
+	locks := make([]*sync.Mutex, len(devices))
+	s.mu.Lock()
+	for i, d := range devices {
+		locks[i] = s.portLock(d)
+	}
+	s.mu.Unlock()
+	for _, l := range locks {
+		l.Lock()
+	}
+	return func() {
+		for _, l := range locks {
+			l.Unlock()
+		}
+	}
 }
