@@ -67,6 +67,7 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecodeCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 	$(GO) test -run XXX -fuzz FuzzReadCheckpoint -fuzztime $(FUZZTIME) ./internal/state/
 	$(GO) test -run XXX -fuzz FuzzParseShape -fuzztime $(FUZZTIME) ./pkg/slicetemplate/
+	$(GO) test -run XXX -fuzz FuzzIssuerOf -fuzztime $(FUZZTIME) ./internal/webhook/
 
 # Binaries of a local Kubernetes node (apiserver, scheduler,
 # controller-manager, kubelet, kubectl, etcd, containerd) and Helm, built

@@ -23,9 +23,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -303,6 +306,70 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 	}
 	if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= d+10*time.Second {
 		t.Errorf("DaemonSet terminationGracePeriodSeconds %v, want above the daemon's shutdown wait (%s) plus 10 s", g, d)
+	}
+}
+
+// TestControllerStaysAvailable checks that the webhook (failurePolicy
+// Fail) outlives one controller pod: two leader-elected replicas by
+// default, spread over nodes, an update that starts a new replica before it
+// stops an old one, and a PodDisruptionBudget over exactly the controller's
+// pods that lets drains take one at a time.
+func TestControllerStaysAvailable(t *testing.T) {
+	for _, path := range files(t, "manifests/*.yaml") {
+		t.Run(path, func(t *testing.T) {
+			objs := decodeFile(t, path)
+			deploy := findOne[*appsv1.Deployment](t, objs, "")
+			pods := labels.Set(deploy.Spec.Template.Labels)
+			if got := ptr.Deref(deploy.Spec.Replicas, 1); got != 2 {
+				t.Errorf("controller replicas = %d, want 2", got)
+			}
+			// More than one replica reconciles only under leader election.
+			if args := deploy.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--leader-elect=true") {
+				t.Errorf("controller args %v lack --leader-elect=true, which more than one replica needs", args)
+			}
+			if s := deploy.Spec.Strategy; s.Type != appsv1.RollingUpdateDeploymentStrategyType || s.RollingUpdate == nil ||
+				s.RollingUpdate.MaxUnavailable == nil || s.RollingUpdate.MaxUnavailable.IntValue() != 0 ||
+				s.RollingUpdate.MaxSurge == nil || s.RollingUpdate.MaxSurge.IntValue() != 1 {
+				t.Errorf("controller strategy %+v, want RollingUpdate with maxSurge 1, maxUnavailable 0", s)
+			}
+
+			// Soft anti-affinity among the controller's own pods, per node.
+			spread := false
+			if a := deploy.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+				for _, w := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+					sel, err := metav1.LabelSelectorAsSelector(w.PodAffinityTerm.LabelSelector)
+					if err == nil && w.PodAffinityTerm.TopologyKey == corev1.LabelHostname && !sel.Empty() && sel.Matches(pods) {
+						spread = true
+					}
+				}
+				if len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+					t.Error("the controller's default pod anti-affinity is required; want preferred, so replicas still schedule on fewer nodes")
+				}
+			}
+			if !spread {
+				t.Errorf("controller affinity %+v has no preferred anti-affinity on %s among its pods", deploy.Spec.Template.Spec.Affinity, corev1.LabelHostname)
+			}
+
+			// The budget selects the controller's pods and no other pod of
+			// the chart.
+			pdb := findOne[*policyv1.PodDisruptionBudget](t, objs, "")
+			if pdb.Namespace != deploy.Namespace {
+				t.Errorf("PodDisruptionBudget in namespace %q, the controller in %q", pdb.Namespace, deploy.Namespace)
+			}
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || sel.Empty() || !sel.Matches(pods) {
+				t.Errorf("PodDisruptionBudget selector %v (%v) does not match the controller pods' labels %v", pdb.Spec.Selector, err, pods)
+			}
+			if want, _ := metav1.LabelSelectorAsSelector(deploy.Spec.Selector); sel.String() != want.String() {
+				t.Errorf("PodDisruptionBudget selects %s, the Deployment %s", sel, want)
+			}
+			if ds := findOne[*appsv1.DaemonSet](t, objs, ""); sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+				t.Errorf("PodDisruptionBudget selector %s matches the node daemon's pods too", sel)
+			}
+			if pdb.Spec.MinAvailable != nil || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("PodDisruptionBudget minAvailable %v, maxUnavailable %v; want maxUnavailable 1", pdb.Spec.MinAvailable, pdb.Spec.MaxUnavailable)
+			}
+		})
 	}
 }
 

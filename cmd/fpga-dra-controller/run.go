@@ -171,35 +171,36 @@ func (o options) validate() error {
 	return nil
 }
 
+// certRound is the time between two rounds of keepSelfSigned.
+const certRound = 5 * time.Minute
+
 // keepSelfSigned loads (or creates) the self-signed certificates, serves
-// them and keeps the webhook configuration's caBundle set: at start and
-// every few minutes, which also undoes a re-applied configuration without
-// caBundle and picks up certificates another replica replaced. It returns
-// only when ctx is done.
+// them and keeps the webhook configuration's caBundle set (webhook.Keeper):
+// at start and every few minutes, which also undoes a re-applied
+// configuration without caBundle and picks up certificates another replica
+// replaced. It returns only when ctx is done.
 func keepSelfSigned(ctx context.Context, kube kubernetes.Interface, o options, static *webhook.StaticCertificate) error {
 	logger := klog.FromContext(ctx)
-	s := &webhook.SelfSigned{
-		Client:      kube,
-		Namespace:   o.namespace,
-		SecretName:  o.secretName,
-		DNSNames:    webhook.ServiceDNSNames(o.serviceName, o.namespace),
-		Validity:    o.certValidity,
-		RenewBefore: o.certValidity / 10,
+	k := &webhook.Keeper{
+		Certs: &webhook.SelfSigned{
+			Client:      kube,
+			Namespace:   o.namespace,
+			SecretName:  o.secretName,
+			DNSNames:    webhook.ServiceDNSNames(o.serviceName, o.namespace),
+			Validity:    o.certValidity,
+			RenewBefore: o.certValidity / 10,
+		},
+		Serving: static,
+		PatchBundle: func(ctx context.Context, caBundle []byte) error {
+			return webhook.PatchCABundle(ctx, kube, o.webhookConfig, caBundle)
+		},
+		Period: certRound,
 	}
 	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
-		certs, err := s.Ensure(ctx)
-		if err != nil {
-			logger.Error(err, "Webhook certificates unavailable; retrying")
-			return
+		if err := k.Round(ctx); err != nil {
+			logger.Error(err, "Keeping the webhook's certificates and CA bundle failed; retrying")
 		}
-		if err := static.Set(certs.Cert, certs.Key); err != nil {
-			logger.Error(err, "Webhook certificates unusable; retrying")
-			return
-		}
-		if err := webhook.PatchCABundle(ctx, kube, o.webhookConfig, certs.CACert); err != nil {
-			logger.Error(err, "Setting the webhook's CA bundle failed; retrying")
-		}
-	}, 5*time.Minute, 0.1, false)
+	}, certRound, 0.1, false)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -224,4 +225,179 @@ func TestFileCertificateReloads(t *testing.T) {
 	if c := leaf(); !bytes.Equal(c, b) {
 		t.Error("a broken key replaced the last good certificate")
 	}
+}
+
+// trusted fails unless the certificate s serves verifies against caBundle
+// for every test DNS name at now.
+func trusted(t *testing.T, who string, s *StaticCertificate, caBundle []byte, now time.Time) {
+	t.Helper()
+	c, err := s.GetCertificate(nil)
+	if err != nil {
+		t.Fatalf("%s serves nothing: %v", who, err)
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caBundle) {
+		t.Fatalf("CA bundle %q holds no certificate", caBundle)
+	}
+	for _, name := range testDNSNames {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, CurrentTime: now}); err != nil {
+			t.Fatalf("%s serves a certificate the API server does not trust: %v", who, err)
+		}
+	}
+}
+
+// pemCount is how many PEM certificates b holds.
+func pemCount(b []byte) int { return bytes.Count(b, []byte("-----BEGIN CERTIFICATE-----")) }
+
+// TestRenewalKeepsThePreviousCA: renewed certificates come with a CA
+// bundle that also trusts the certificate they replace (a replica may
+// still serve it), and only that one: the bundle does not grow.
+func TestRenewalKeepsThePreviousCA(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &SelfSigned{Client: kubefake.NewClientset(), Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
+		Validity: 100 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Now: func() time.Time { return now }}
+	var rounds []*Certificates
+	var times []time.Time
+	for range 3 {
+		c, err := s.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rounds, times = append(rounds, c), append(times, now)
+		now = now.Add(95 * 24 * time.Hour)
+	}
+	if n := pemCount(rounds[0].CACert); n != 1 {
+		t.Errorf("first CA bundle holds %d certificates, want 1", n)
+	}
+	for i := 1; i < len(rounds); i++ {
+		if n := pemCount(rounds[i].CACert); n != 2 {
+			t.Errorf("CA bundle of renewal %d holds %d certificates, want 2 (its CA and the previous one)", i, n)
+		}
+		for _, c := range rounds[i-1 : i+1] {
+			if err := (&Certificates{CACert: rounds[i].CACert, Cert: c.Cert, Key: c.Key}).Check(testDNSNames, times[i], 0); err != nil {
+				t.Errorf("renewal %d's CA bundle does not trust a certificate served when it was made: %v", i, err)
+			}
+		}
+	}
+}
+
+// TestKeeperSwitchesARoundLater: two replicas keep the certificates
+// through a renewal one of them makes; whatever either serves, at every
+// step, is trusted by the CA bundle the webhook configuration has then.
+// A new certificate is served from the round after its bundle was set.
+func TestKeeperSwitchesARoundLater(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	client := kubefake.NewClientset()
+	var bundle []byte
+	keeper := func() *Keeper {
+		return &Keeper{
+			Certs: &SelfSigned{Client: client, Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
+				Validity: 100 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Now: func() time.Time { return now }},
+			Serving:     &StaticCertificate{},
+			PatchBundle: func(_ context.Context, b []byte) error { bundle = bytes.Clone(b); return nil },
+			Period:      5 * time.Minute,
+		}
+	}
+	a, b := keeper(), keeper()
+	round := func(name string, k *Keeper) {
+		t.Helper()
+		if err := k.Round(ctx); err != nil {
+			t.Fatalf("round of %s: %v", name, err)
+		}
+		trusted(t, "replica a", a.Serving, bundle, now)
+		if b.Serving.cert.Load() != nil {
+			trusted(t, "replica b", b.Serving, bundle, now)
+		}
+	}
+	round("a", a)
+	round("b", b)
+	first, _ := a.Serving.GetCertificate(nil)
+
+	now = now.Add(95 * 24 * time.Hour) // within RenewBefore: a renews
+	round("a", a)
+	if c, _ := a.Serving.GetCertificate(nil); !bytes.Equal(c.Certificate[0], first.Certificate[0]) {
+		t.Fatal("replica a serves its new certificate in the round that set its CA bundle")
+	}
+	round("b", b)
+	now = now.Add(5 * time.Minute)
+	round("a", a)
+	round("b", b)
+	for name, k := range map[string]*Keeper{"a": a, "b": b} {
+		if c, _ := k.Serving.GetCertificate(nil); bytes.Equal(c.Certificate[0], first.Certificate[0]) {
+			t.Errorf("replica %s still serves the replaced certificate a round after the bundle trusted the new one", name)
+		}
+	}
+}
+
+// TestKeeperServesAtOnce: a replica that serves nothing yet serves the
+// certificates at once, even when the CA bundle could not be set (the next
+// round sets it); one whose certificate would expire before the next round
+// switches at once.
+func TestKeeperServesAtOnce(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	patchErr := errors.New("no webhook configuration yet")
+	k := &Keeper{
+		Certs: &SelfSigned{Client: kubefake.NewClientset(), Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
+			Validity: time.Hour, RenewBefore: 6 * time.Minute, Now: func() time.Time { return now }},
+		Serving:     &StaticCertificate{},
+		PatchBundle: func(context.Context, []byte) error { return patchErr },
+		Period:      5 * time.Minute,
+	}
+	if err := k.Round(ctx); !errors.Is(err, patchErr) {
+		t.Fatalf("Round() = %v, want the patch error", err)
+	}
+	first, err := k.Serving.GetCertificate(nil)
+	if err != nil {
+		t.Fatalf("nothing served after the first round: %v", err)
+	}
+	patchErr = nil
+	now = now.Add(55 * time.Minute) // renewed; the old one expires in 5 minutes
+	if err := k.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := k.Serving.GetCertificate(nil); bytes.Equal(c.Certificate[0], first.Certificate[0]) {
+		t.Fatal("a certificate that expires before the next round is still served")
+	}
+}
+
+// FuzzIssuerOf: whatever a Secret holds, issuerOf does not fail, and what
+// it returns is one CA certificate that signed the serving certificate.
+func FuzzIssuerOf(f *testing.F) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c, err := GenerateCertificates(testDNSNames, now, time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, err := GenerateCertificates(testDNSNames, now, time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(c.CACert, c.Cert)
+	f.Add(append(bytes.Clone(other.CACert), c.CACert...), c.Cert)
+	f.Add(c.Cert, c.CACert)
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), c.Cert)
+	f.Fuzz(func(t *testing.T, caBundle, cert []byte) {
+		got := issuerOf(caBundle, cert, now)
+		if len(got) == 0 {
+			return
+		}
+		if pemCount(got) != 1 {
+			t.Fatalf("issuerOf returned %d certificates", pemCount(got))
+		}
+		ca, err := x509.ParseCertificate(derOf(got))
+		if err != nil {
+			t.Fatalf("issuerOf returned an unparsable certificate: %v", err)
+		}
+		leaf, err := x509.ParseCertificate(derOf(cert))
+		if err != nil || !ca.IsCA || leaf.CheckSignatureFrom(ca) != nil {
+			t.Fatalf("issuerOf returned a certificate that did not sign the serving one (%v)", err)
+		}
+	})
 }

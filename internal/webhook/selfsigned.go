@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"time"
@@ -43,7 +45,10 @@ type SelfSigned struct {
 // Ensure returns the certificates in the Secret. It creates the Secret when
 // it is missing and replaces its certificates when they do not serve
 // DNSNames or expire within RenewBefore. Replicas racing to create or
-// replace it end up with the winner's certificates.
+// replace it end up with the winner's certificates. A replacement's CA
+// bundle keeps the CA that signed the certificate it replaces while that
+// CA is valid, so that replicas still serving the old certificate stay
+// trusted until they switch (Keeper).
 func (s *SelfSigned) Ensure(ctx context.Context) (*Certificates, error) {
 	logger := klog.FromContext(ctx)
 	now := time.Now
@@ -72,6 +77,9 @@ func (s *SelfSigned) Ensure(ctx context.Context) (*Certificates, error) {
 		if genErr != nil {
 			return genErr
 		}
+		if err == nil {
+			fresh.CACert = append(fresh.CACert, issuerOf(secret.Data[SecretCAKey], secret.Data[SecretCertKey], now())...)
+		}
 		data := map[string][]byte{SecretCAKey: fresh.CACert, SecretCertKey: fresh.Cert, SecretKeyKey: fresh.Key}
 		if apierrors.IsNotFound(err) {
 			_, err = secrets.Create(ctx, &corev1.Secret{
@@ -96,6 +104,97 @@ func (s *SelfSigned) Ensure(ctx context.Context) (*Certificates, error) {
 		return nil, fmt.Errorf("self-signed webhook certificates in Secret %s/%s: %w", s.Namespace, s.SecretName, err)
 	}
 	return certs, nil
+}
+
+// issuerOf returns, PEM encoded, the certificate of caBundle that signed
+// the serving certificate certPEM, when both parse and it is valid at now;
+// nothing otherwise.
+func issuerOf(caBundle, certPEM []byte, now time.Time) []byte {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil
+	}
+	for rest := caBundle; ; {
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return nil
+		}
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil && !now.Before(ca.NotBefore) && now.Before(ca.NotAfter) {
+			return pem.EncodeToMemory(block)
+		}
+	}
+}
+
+// Keeper serves the self-signed certificates of a SelfSigned and keeps the
+// webhook configuration's CA bundle set (Round, every few minutes). A
+// certificate new to it is served only from the round after the one that
+// put its CA bundle in the configuration: by then the API server trusts
+// it, and every replica still serving the previous one stays trusted
+// (Ensure keeps the previous CA in the bundle). Only when it serves
+// nothing yet, or its certificate would expire before the next round,
+// does it switch at once.
+type Keeper struct {
+	Certs *SelfSigned
+	// Serving is what the webhook serves with.
+	Serving *StaticCertificate
+	// PatchBundle sets the webhook configuration's CA bundle
+	// (PatchCABundle).
+	PatchBundle func(ctx context.Context, caBundle []byte) error
+	// Period is the time between rounds.
+	Period time.Duration
+
+	// pending is the Secret's certificate whose CA bundle the previous
+	// round set, not served yet.
+	pending []byte
+}
+
+// Round loads (or creates, or renews) the certificates, sets the CA bundle
+// and switches what is served as the type describes. It returns what went
+// wrong; the next round tries again.
+func (k *Keeper) Round(ctx context.Context) error {
+	now := time.Now
+	if k.Certs.Now != nil {
+		now = k.Certs.Now
+	}
+	certs, err := k.Certs.Ensure(ctx)
+	if err != nil {
+		return err
+	}
+	patchErr := k.PatchBundle(ctx, certs.CACert)
+	served := k.Serving.cert.Load()
+	switch {
+	case served != nil && bytes.Equal(served.Certificate[0], derOf(certs.Cert)):
+		k.pending = nil
+		return patchErr
+	case served == nil, served.Leaf != nil && served.Leaf.NotAfter.Before(now().Add(2*k.Period)),
+		patchErr == nil && bytes.Equal(k.pending, certs.Cert):
+		// Nothing served, the served certificate about to expire, or
+		// the bundle trusted this certificate a round ago.
+	default:
+		if patchErr == nil {
+			k.pending = certs.Cert
+		}
+		return patchErr
+	}
+	k.pending = nil
+	if err := k.Serving.Set(certs.Cert, certs.Key); err != nil {
+		return errors.Join(err, patchErr)
+	}
+	return patchErr
+}
+
+// derOf is the DER of the first PEM block of b (nil when there is none).
+func derOf(b []byte) []byte {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil
+	}
+	return block.Bytes
 }
 
 // PatchCABundle sets caBundle on every webhook of the

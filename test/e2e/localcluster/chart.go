@@ -83,6 +83,8 @@ kubeletPlugin:
   extraEnv:%s
     - {name: UEVENT_SOURCE, value: "unix:%s"}
 controller:
+  # One node, host network: a second replica would find its ports taken.
+  replicas: 1
   hostNetwork: true
   httpPort: %d
   webhook:
