@@ -109,6 +109,11 @@ type ClaimPreparer interface {
 	// not written from the device nodes their ports have in devices
 	// (state.State.RefreshSpecs).
 	RefreshSpecs(devices *discovery.Result) error
+	// RenumberedDevices are the devices of devices to taint because a
+	// running container may reach them by a device number it was given
+	// before the cards were enumerated anew (state.State.RenumberedDevices),
+	// each with the claim concerned.
+	RenumberedDevices(devices *discovery.Result) map[string]string
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -127,6 +132,9 @@ type Driver struct {
 	// quarantined are the devices kept out of allocations, with why and
 	// until when; guarded by mu.
 	quarantined map[string]quarantine
+	// renumbered says the last publish tainted devices for a stale
+	// device number: an unprepare may then end the taint (publish).
+	renumbered atomic.Bool
 
 	mu      sync.Mutex
 	devices *discovery.Result
@@ -405,9 +413,14 @@ func (d *Driver) publish(ctx context.Context) {
 	if res == nil {
 		return // the first discovery pass publishes
 	}
+	var renumbered map[string]string
+	if d.claims != nil {
+		renumbered = d.claims.RenumberedDevices(res)
+	}
+	d.renumbered.Store(len(renumbered) > 0)
 	devices := Devices(res, SliceOptions{
 		DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root, UnhealthyEffect: d.cfg.UnhealthyEffect,
-		BindingConditions: d.binding.Load(), Quarantined: quarantined,
+		BindingConditions: d.binding.Load(), Quarantined: quarantined, Renumbered: renumbered,
 	})
 	resources := Resources(d.cfg.NodeName, devices)
 	if d.slices != nil {
@@ -528,7 +541,12 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		}
 		return result, nil
 	}
-	return preparer.Unprepare(ctx, claims), nil
+	result := preparer.Unprepare(ctx, claims)
+	if d.renumbered.Load() {
+		// A released claim takes its stale-number taints along.
+		d.publish(d.ctx)
+	}
+	return result, nil
 }
 
 // HandleError implements kubeletplugin.DRAPlugin. Background errors (slice

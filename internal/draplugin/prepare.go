@@ -231,6 +231,15 @@ func (c *Claims) requests(claim *resourceapi.ResourceClaim) ([]state.DeviceReque
 // (state.State.RefreshSpecs).
 func (c *Claims) RefreshSpecs(devs *discovery.Result) error { return c.State.RefreshSpecs(devs) }
 
+// RenumberedDevices implements ClaimPreparer.
+func (c *Claims) RenumberedDevices(devs *discovery.Result) map[string]string {
+	out := map[string]string{}
+	for dev, h := range c.State.RenumberedDevices(devs) {
+		out[dev] = h.String()
+	}
+	return out
+}
+
 // Unprepare implements ClaimPreparer. Claims are independent: they are
 // released concurrently, each with its own result.
 func (c *Claims) Unprepare(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {

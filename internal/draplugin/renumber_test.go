@@ -1,11 +1,15 @@
 package draplugin_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
@@ -41,4 +45,49 @@ func TestSpecFollowsRenumbering(t *testing.T) {
 	}
 	_, port, _ := pn.driver.Devices().FindPort(dev0)
 	t.Fatalf("claim on %s (discovered as %s) still gets %v, the other card's port", dev0, port.Node.Name, nodes)
+}
+
+// renumberedTaints lists the devices of slices with the NoExecute taint of
+// a stale device number.
+func renumberedTaints(slices []resourceapi.ResourceSlice) []string {
+	var out []string
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			for _, taint := range d.Taints {
+				if taint.Key == driverName+"/"+draplugin.TaintRenumbered && taint.Effect == resourceapi.DeviceTaintEffectNoExecute && taint.Value == draplugin.TaintRenumberedValue {
+					out = append(out, d.Name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestRenumberingTaintsUntilUnprepared: a container started before the
+// cards were enumerated anew keeps the device number of its port as it
+// was, which is now the other card's port. Both devices are tainted
+// NoExecute in the node's slices (its pod is evicted, and no claim gets
+// the other port meanwhile) until the claim is unprepared.
+func TestRenumberingTaintsUntilUnprepared(t *testing.T) {
+	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}})
+	dra := pn.draClient(t)
+	c := pn.claim(t, []string{dev0}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: simnode.DefaultAFUID, Programming: v1alpha1.ProgrammingNever}))
+	if r := pn.prepare(t, dra, c); r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	if got := renumberedTaints(pn.waitSlices(t, func([]resourceapi.ResourceSlice) bool { return true })); len(got) != 0 {
+		t.Fatalf("devices %v tainted before any renumbering", got)
+	}
+	sim := pn.testNode.sim
+	if err := simnode.SwapPorts(sim.Root, sim.Cards[0].Ports[0].SysfsPath, sim.Cards[1].Ports[0].SysfsPath); err != nil {
+		t.Fatal(err)
+	}
+	pn.uevent("remove", strings.TrimPrefix(sim.Cards[0].Ports[0].SysfsPath, sim.Root+"/sys"), "dfl")
+	pn.waitSlices(t, func(s []resourceapi.ResourceSlice) bool {
+		got := renumberedTaints(s)
+		slices.Sort(got)
+		return slices.Equal(got, []string{dev0, dev1})
+	})
+	pn.unprepare(t, dra, c)
+	pn.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(renumberedTaints(s)) == 0 })
 }

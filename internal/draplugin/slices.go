@@ -32,6 +32,16 @@ const (
 // carries in the slice; its value says why in a few words.
 const TaintUnhealthy = "unhealthy"
 
+// TaintRenumbered is the key of the NoExecute taint of a device a running
+// container may reach by a device number it was given before the node's
+// cards were enumerated anew (SliceOptions.Renumbered), with the value
+// TaintRenumberedValue: its pods are evicted, and no claim gets it, until
+// the claims concerned are unprepared.
+const (
+	TaintRenumbered      = "renumbered"
+	TaintRenumberedValue = "container-holds-stale-device-number"
+)
+
 // SliceOptions are the node-level facts that go into every device.
 type SliceOptions struct {
 	DriverName string
@@ -51,6 +61,9 @@ type SliceOptions struct {
 	// Quarantined devices carry the NoSchedule taint
 	// <driver>/programming-failed with the reason as value.
 	Quarantined map[string]quarantine
+	// Renumbered devices (ClaimPreparer.RenumberedDevices) carry the
+	// NoExecute taint <driver>/renumbered.
+	Renumbered map[string]string
 }
 
 // Devices turns a discovery result into one DRA device per port, in card
@@ -138,6 +151,9 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 	}
 	if q, ok := o.Quarantined[d.Name]; ok {
 		d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: qualified(o.DriverName, ConditionProgrammingFailed), Value: q.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	}
+	if _, ok := o.Renumbered[d.Name]; ok {
+		d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: qualified(o.DriverName, TaintRenumbered), Value: TaintRenumberedValue, Effect: resourceapi.DeviceTaintEffectNoExecute})
 	}
 	if !p.Health.Healthy {
 		effect := o.UnhealthyEffect

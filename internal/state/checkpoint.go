@@ -5,17 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
-// CheckpointVersion is the version of the checkpoint payload this code
-// writes: {"version":2,"bootID":…,"claims":{…}}, in a slot whose
-// checksum is the only one (see CheckpointFile). Loading refuses a later
-// version with ErrNewerCheckpoint, leaving the file untouched (a
-// downgrade after an upgrade is stopped, never guessed), and takes any
-// other as damage. Version 1, an envelope with a checksum of its own,
-// was written only during development, never by a release, and is not
-// read: a node that has one recovers its claims from their CDI specs.
-const CheckpointVersion = 2
+// CheckpointVersion is the newest version of the checkpoint payload this
+// code reads and writes: {"version":3,"bootID":…,"claims":{…}}, in a slot
+// whose checksum is the only one (see CheckpointFile). Version 3 adds a
+// record's renumbered nodes; a checkpoint with none is written as
+// version 2 (checkpointVersionBase), which the releases before read as
+// well. Loading refuses a later version with ErrNewerCheckpoint, leaving
+// the file untouched (a downgrade after an upgrade is stopped, never
+// guessed), and takes any other as damage. Version 1, an envelope with a
+// checksum of its own, was written only during development, never by a
+// release, and is not read: a node that has one recovers its claims from
+// their CDI specs.
+const CheckpointVersion = 3
+
+// checkpointVersionBase is the version of a checkpoint no record of which
+// has renumbered nodes.
+const checkpointVersionBase = 2
 
 // ClaimPhase says how far preparation of a claim got.
 type ClaimPhase string
@@ -57,6 +65,12 @@ type ClaimRecord struct {
 	Phase     ClaimPhase     `json:"phase"`
 	BootID    string         `json:"bootID"`
 	Devices   []DeviceRecord `json:"devices"`
+	// Renumbered are device nodes (cdi.NodeString) the holder's
+	// containers may have been given by a CDI spec written before the
+	// node's cards were enumerated anew, and that its devices no longer
+	// have: such a container reaches, by that number, another port or
+	// none. Kept until the holder is released (RenumberedDevices).
+	Renumbered []string `json:"renumbered,omitempty"`
 }
 
 // DeviceRecord is one device of a prepared claim.
@@ -93,7 +107,12 @@ func newCheckpoint() *Checkpoint {
 // EncodeCheckpoint renders a checkpoint payload in the current version.
 func EncodeCheckpoint(cp *Checkpoint) ([]byte, error) {
 	out := *cp
-	out.Version = CheckpointVersion
+	out.Version = checkpointVersionBase
+	for _, rec := range cp.Claims {
+		if len(rec.Renumbered) > 0 {
+			out.Version = CheckpointVersion
+		}
+	}
 	data, err := json.Marshal(&out)
 	if err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
@@ -118,7 +137,7 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	case v.Version > CheckpointVersion:
 		return nil, fmt.Errorf("%w: format version %d, this driver reads versions up to %d: run that driver release or a newer one on this node, or drain the node and remove the checkpoint",
 			ErrNewerCheckpoint, v.Version, CheckpointVersion)
-	case v.Version == CheckpointVersion:
+	case v.Version == CheckpointVersion, v.Version == checkpointVersionBase:
 		if err := strictDecode(b, cp); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
 		}
@@ -208,6 +227,7 @@ func (cp *Checkpoint) clone() *Checkpoint {
 // clone returns a deep copy of a record.
 func (c *ClaimRecord) clone() *ClaimRecord {
 	cc := *c
+	cc.Renumbered = slices.Clone(c.Renumbered)
 	cc.Devices = make([]DeviceRecord, len(c.Devices))
 	for i, d := range c.Devices {
 		d.Requests = append([]string(nil), d.Requests...)

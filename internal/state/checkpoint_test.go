@@ -64,7 +64,8 @@ func TestDecodeCheckpoint(t *testing.T) {
 		{name: "unknown field", data: strings.Replace(string(good), `"version"`, `"extra":1,"version"`, 1), broken: true, want: "unknown field"},
 		{name: "trailing data", data: string(good) + "{}", broken: true, want: "after top-level value"},
 		{name: "unknown old version", data: strings.Replace(string(good), `"version":2`, `"version":0`, 1), broken: true, want: "unknown format version 0"},
-		{name: "newer version", data: strings.Replace(string(good), `"version":2`, `"version":3`, 1), newer: true, want: "format version 3, this driver reads versions up to 2"},
+		{name: "version 3", data: strings.Replace(string(good), `"version":2`, `"version":3`, 1)},
+		{name: "newer version", data: strings.Replace(string(good), `"version":2`, `"version":4`, 1), newer: true, want: "format version 4, this driver reads versions up to 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp, err := DecodeCheckpoint([]byte(tc.data))
@@ -102,6 +103,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"version":1,"checksum":"","data":{}}`))
 	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`{"version":3,"claims":{"u":{"uid":"u","renumbered":["/dev/dfl-port.0 508:0"]}}}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cp, _ := DecodeCheckpoint(b)
@@ -117,4 +119,33 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestCheckpointVersionFollowsRenumbered: a checkpoint is written as
+// version 2, which releases before renumbered nodes read, unless a record
+// has renumbered nodes: then as version 3, which those releases refuse
+// (ErrNewerCheckpoint) instead of taking the unknown field for damage.
+func TestCheckpointVersionFollowsRenumbered(t *testing.T) {
+	cp := sampleCheckpoint()
+	b, err := EncodeCheckpoint(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), `{"version":2,`) {
+		t.Fatalf("checkpoint without renumbered nodes encoded as %.20s…, want version 2", b)
+	}
+	cp.Claims["uid-1"].Renumbered = []string{"/dev/dfl-port.0 508:0"}
+	if b, err = EncodeCheckpoint(cp); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), `{"version":3,`) {
+		t.Fatalf("checkpoint with renumbered nodes encoded as %.20s…, want version 3", b)
+	}
+	got, err := DecodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Claims["uid-1"].Renumbered; len(r) != 1 || r[0] != "/dev/dfl-port.0 508:0" {
+		t.Fatalf("renumbered nodes decoded as %v", r)
+	}
 }

@@ -138,7 +138,7 @@ func TestCheckpointFileDamage(t *testing.T) {
 
 func TestCheckpointFileNewerVersionUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), CheckpointFileName)
-	payload := []byte(`{"version":3,"bootID":"","claims":{}}`)
+	payload := []byte(`{"version":4,"bootID":"","claims":{}}`)
 	b := append(encodeSlot(1, payload), make([]byte, minSlotSize-slotHeaderSize-len(payload))...)
 	b = append(b, b...)
 	if err := os.WriteFile(path, b, 0o600); err != nil {

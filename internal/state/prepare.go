@@ -553,7 +553,13 @@ func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs
 			}
 		}
 	}
+	granted, known := s.written[h.UID]
 	s.mu.Unlock()
+	if known {
+		if err := s.noteRenumbered(klog.FromContext(s.ctx), h, gone(nodeList(granted), rec.Devices, devs)); err != nil {
+			return Outcome{}, fmt.Errorf("record the renumbered devices of claim %s: %w", h, err)
+		}
+	}
 	if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
 		return Outcome{}, fmt.Errorf("rewrite CDI spec of claim %s: %w", h, err)
 	}

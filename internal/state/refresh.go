@@ -2,22 +2,111 @@ package state
 
 import (
 	"errors"
-	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// portNodes describes a port's device nodes.
+// portNodes describes a port's device nodes: cdi.NodeString of each,
+// followed by ';'.
 func portNodes(p *discovery.Port) string {
 	var b strings.Builder
 	for _, n := range p.Nodes() {
-		fmt.Fprintf(&b, "%s %d:%d;", n.Path, n.Major, n.Minor)
+		b.WriteString(cdi.NodeString(n.Path, int64(n.Major), int64(n.Minor)))
+		b.WriteByte(';')
 	}
 	return b.String()
+}
+
+// nodeList splits what nodesOf or portNodes describe into its nodes.
+func nodeList(sig string) []string {
+	return strings.FieldsFunc(sig, func(r rune) bool { return r == ';' || r == '|' })
+}
+
+// gone is what of granted (nodes a container may have been given) recs'
+// ports do not have in devs: nodes that now belong to another port, or to
+// none.
+// A port missing from devs (its card left out of the pass) tells nothing:
+// nothing is gone then.
+func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) []string {
+	have := map[string]bool{}
+	for _, d := range recs {
+		_, p, ok := devs.FindPort(d.Device)
+		if !ok {
+			return nil
+		}
+		for _, n := range nodeList(portNodes(p)) {
+			have[n] = true
+		}
+	}
+	var out []string
+	for _, n := range granted {
+		if !have[n] && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// noteRenumbered adds nodes to the Renumbered of uid's record, on the
+// disk, before a spec without them replaces the one that gave them.
+func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	logger.Error(nil, "DEVICE NUMBERS CHANGED under a prepared claim: its running containers may reach other ports by the numbers they were given; its devices are tainted NoExecute until it is unprepared", "claim", klog.KRef(h.Namespace, h.Name), "uid", h.UID, "nodes", nodes)
+	return s.commit(nil, func(cp *Checkpoint) {
+		if rec := cp.Claims[string(h.UID)]; rec != nil {
+			for _, n := range nodes {
+				if !slices.Contains(rec.Renumbered, n) {
+					rec.Renumbered = append(rec.Renumbered, n)
+				}
+			}
+		}
+	})
+}
+
+// RenumberedDevices returns the devices of devs a ResourceSlice must
+// taint because a running container may reach them, or through them, by
+// a device number it was given before the node's cards were enumerated
+// anew: the devices of every holder with Renumbered nodes (to evict its
+// containers), and every device that has one of those nodes now (to keep
+// it from other claims meanwhile). Each maps to such a holder.
+func (s *State) RenumberedDevices(devs *discovery.Result) map[string]Holder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]Holder{}
+	byNode := map[string]Holder{}
+	for _, rec := range s.cp.Claims {
+		if len(rec.Renumbered) == 0 {
+			continue
+		}
+		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
+		for _, d := range rec.Devices {
+			out[d.Device] = h
+		}
+		for _, n := range rec.Renumbered {
+			byNode[n] = h
+		}
+	}
+	if len(byNode) == 0 {
+		return out
+	}
+	for _, c := range devs.Cards {
+		for _, p := range c.Ports {
+			for _, n := range nodeList(portNodes(p)) {
+				if h, ok := byNode[n]; ok {
+					out[p.DeviceName()] = h
+				}
+			}
+		}
+	}
+	return out
 }
 
 // nodesIn is portNodes of every port of devs, by device name.

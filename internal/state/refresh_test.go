@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -325,4 +326,74 @@ func TestSpecWriteDoesNotUndoProgramHeld(t *testing.T) {
 			wantNode(t, n, "legacy-x", devX, devs1)
 		})
 	}
+}
+
+// renumbered is what RenumberedDevices reports of devs, device by device.
+func renumbered(n *testnode.Node, devs *discovery.Result) []string {
+	var out []string
+	for dev := range n.State.RenumberedDevices(devs) {
+		out = append(out, dev)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestRenumberingUnderAHolderIsKept: a spec rewritten after the cards
+// were enumerated anew leaves running containers with the number they
+// were given, now the other card's port. Both ports are reported (the
+// holder's and the one with its old number) and stay reported after a
+// restart of the daemon, until the holder is released; a pass that left
+// the card out reports nothing.
+func TestRenumberingUnderAHolderIsKept(t *testing.T) {
+	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
+	devY := devs0.Cards[1].Ports[0].DeviceName()
+	refresh(t, n, devs0)
+	refresh(t, n, without(devs0, 0))
+	if got := renumbered(n, devs0); len(got) != 0 {
+		t.Fatalf("reported %v with no renumbering (a card left out of a pass)", got)
+	}
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1)
+	want := []string{devX, devY}
+	slices.Sort(want)
+	if got := renumbered(n, devs1); !slices.Equal(got, want) {
+		t.Fatalf("reported %v after the renumbering, want %v", got, want)
+	}
+	n.Stop()
+	n2 := testnode.New(t, testnode.Options{Restart: n})
+	if got := renumbered(n2, devs1); !slices.Equal(got, want) {
+		t.Fatalf("reported %v after a restart, want %v", got, want)
+	}
+	if err := n2.State.Unprepare(context.Background(), "uid-x"); err != nil {
+		t.Fatal(err)
+	}
+	if got := renumbered(n2, devs1); len(got) != 0 {
+		t.Fatalf("reported %v once the holder was released", got)
+	}
+}
+
+// TestRestoreFindsRenumbering: the cards were enumerated anew while the
+// daemon was down; the spec it finds at start is what running containers
+// were given, so its stale nodes are recorded before Restore rewrites it.
+// A start whose scan left the holder's card out records nothing.
+func TestRestoreFindsRenumbering(t *testing.T) {
+	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
+	devY := devs0.Cards[1].Ports[0].DeviceName()
+	n.Stop()
+	n2 := testnode.New(t, testnode.Options{Restart: n, NoRestore: true})
+	_, _ = n2.State.Restore(context.Background(), without(devs0, 0)) // x's spec cannot be written
+	if got := renumbered(n2, devs0); len(got) != 0 {
+		t.Fatalf("reported %v after a start whose scan left the card out", got)
+	}
+	n2.Stop()
+	swap(t, n)
+	n3 := testnode.New(t, testnode.Options{Restart: n2})
+	devs1 := n3.Devices(t)
+	want := []string{devX, devY}
+	slices.Sort(want)
+	if got := renumbered(n3, devs1); !slices.Equal(got, want) {
+		t.Fatalf("reported %v after a start that found the cards renumbered, want %v", got, want)
+	}
+	wantNode(t, n3, "uid-x", devX, devs1)
 }

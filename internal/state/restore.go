@@ -85,6 +85,17 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	s.mu.Unlock()
 	for _, rec := range completed {
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
+		// The spec still there is what running containers were given
+		// (a reboot empties the CDI tmpfs, and the containers with it).
+		if spec, err := s.cfg.CDI.ReadClaimSpec(rec.UID); err == nil {
+			var granted []string
+			for _, d := range spec.Devices {
+				granted = append(granted, d.Nodes...)
+			}
+			if err := s.noteRenumbered(logger, h, gone(granted, rec.Devices, devs)); err != nil {
+				errs = append(errs, fmt.Errorf("record the renumbered devices of claim %s: %w", h, err))
+			}
+		}
 		if _, err := s.writeSpec(h, rec.Devices, devs); err != nil {
 			errs = append(errs, fmt.Errorf("restore CDI spec of claim %s: %w", h, err))
 		}

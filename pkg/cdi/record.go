@@ -25,6 +25,24 @@ type RecordedDevice struct {
 	// device (its entry in FPGA_AFU_IDS; empty when unknown).
 	AFUID       string
 	CDIDeviceID string
+	// Nodes are the device nodes the spec gives a container with the
+	// device (NodeString).
+	Nodes []string
+}
+
+// NodeString describes a device node a container is given: its path in
+// the container and its device number ("/dev/dfl-port.0 508:0").
+func NodeString(path string, major, minor int64) string {
+	return fmt.Sprintf("%s %d:%d", path, major, minor)
+}
+
+// ReadClaimSpec reads the spec of one claim back into what it records; a
+// missing spec is an error wrapping os.ErrNotExist.
+func (w *Writer) ReadClaimSpec(claimUID string) (RecordedSpec, error) {
+	if err := validateClaimUID(claimUID); err != nil {
+		return RecordedSpec{}, err
+	}
+	return w.readClaimSpec(claimUID)
 }
 
 // ReadClaimSpecs reads every claim spec in the directory (see
@@ -73,6 +91,11 @@ func (w *Writer) readClaimSpec(uid string) (RecordedSpec, error) {
 		rd := RecordedDevice{Name: name, CDIDeviceID: w.deviceID(uid, name)}
 		if len(afuIDs) == len(spec.Devices) {
 			rd.AFUID = afuIDs[i]
+		}
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			if n != nil {
+				rd.Nodes = append(rd.Nodes, NodeString(n.Path, n.Major, n.Minor))
+			}
 		}
 		r.Devices = append(r.Devices, rd)
 	}
