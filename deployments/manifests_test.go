@@ -405,8 +405,9 @@ func checkBitstreamCache(t *testing.T, ds *appsv1.DaemonSet) {
 		ptr.Deref(ds.Spec.Template.Spec.Volumes[v].HostPath.Type, "") != corev1.HostPathDirectoryOrCreate {
 		t.Errorf("the bitstream cache %s is not the host directory /var/lib/fpga-dra-driver/oci-cache (DirectoryOrCreate): %+v", dir, ds.Spec.Template.Spec.Volumes)
 	}
-	// Registry access is opt-in: by default anonymous, HTTPS with the system CAs.
-	for _, flag := range []string{oci.FlagRegistryConfig, oci.FlagRegistryCAFile, oci.FlagInsecureRegistries} {
+	// Registry access is opt-in: by default anonymous, HTTPS with the
+	// system CAs, any registry.
+	for _, flag := range []string{oci.FlagRegistryConfig, oci.FlagRegistryCAFile, oci.FlagInsecureRegistries, oci.FlagAllowedRegistries} {
 		if e, ok := env(node, oci.EnvTwins[flag]); ok {
 			t.Errorf("by default the node daemon gets $%s=%q", e.Name, e.Value)
 		}

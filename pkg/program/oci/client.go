@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,10 @@ type RegistryOptions struct {
 	// references) reached over plain HTTP. Every other registry is reached
 	// over HTTPS only.
 	Insecure []string
+	// Allowed lists the registries (host or host:port, as written in
+	// references) bitstreams may be pulled from; empty: any registry a
+	// claim names.
+	Allowed []string
 	// Retry bounds the retries of a request that failed because the
 	// registry was unreachable, overloaded or failing (5xx, 429); nil uses
 	// DefaultRetry.
@@ -61,6 +66,8 @@ var DefaultRetry = RetryPolicy{MaxRetries: 5, MinWait: 250 * time.Millisecond, M
 type Client struct {
 	auth     *auth.Client
 	insecure map[string]bool
+	// allowed are the registries claims may name (none: any).
+	allowed map[string]bool
 }
 
 // NewClient checks the options (the credentials file parses, the CA file
@@ -95,7 +102,6 @@ func NewClient(o RegistryOptions) (*Client, error) {
 			Cache:  auth.NewCache(),
 			Header: http.Header{"User-Agent": {"fpga-dra-driver"}},
 		},
-		insecure: map[string]bool{},
 	}
 	if o.CredentialsFile != "" {
 		creds, err := newFileCredentials(o.CredentialsFile)
@@ -104,17 +110,44 @@ func NewClient(o RegistryOptions) (*Client, error) {
 		}
 		c.auth.Credential = creds.get
 	}
-	for _, h := range o.Insecure {
+	var err error
+	if c.insecure, err = registryHosts(FlagInsecureRegistries, o.Insecure); err != nil {
+		return nil, err
+	}
+	if c.allowed, err = registryHosts(FlagAllowedRegistries, o.Allowed); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// registryHosts is the set of registry hosts in list (the value of --flag).
+func registryHosts(flag string, list []string) (map[string]bool, error) {
+	hosts := map[string]bool{}
+	for _, h := range list {
 		h = strings.TrimSpace(h)
 		if h == "" {
 			continue
 		}
 		if err := (registry.Reference{Registry: h}).ValidateRegistry(); err != nil || strings.Contains(h, "/") {
-			return nil, fmt.Errorf("--%s: %q is not a registry host: list hosts as they appear in references, such as registry.local:5000", FlagInsecureRegistries, h)
+			return nil, fmt.Errorf("--%s: %q is not a registry host: list hosts as they appear in references, such as registry.local:5000", flag, h)
 		}
-		c.insecure[h] = true
+		hosts[h] = true
 	}
-	return c, nil
+	return hosts, nil
+}
+
+// checkAllowed refuses a reference to a registry outside --allowed-registries.
+func (c *Client) checkAllowed(ref v1alpha1.BitstreamRef, reference string) error {
+	if len(c.allowed) == 0 || c.allowed[ref.Registry] {
+		return nil
+	}
+	hosts := make([]string, 0, len(c.allowed))
+	for h := range c.allowed {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	return errorf(program.ErrNotFound, "%w: bitstream %s is in registry %s, and this node pulls bitstreams only from %s (--%s): push it to one of those, or ask the cluster admin to allow %s",
+		ErrNotAllowed, reference, ref.Registry, strings.Join(hosts, ", "), FlagAllowedRegistries, ref.Registry)
 }
 
 // certPool returns the system's CA certificates plus those in the PEM file.

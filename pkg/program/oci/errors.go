@@ -22,6 +22,9 @@ var (
 	// ErrUnauthorized: the registry refused the node's credentials (or their
 	// absence).
 	ErrUnauthorized = errors.New("registry refused access")
+	// ErrNotAllowed: the reference names a registry outside the node's
+	// --allowed-registries (it matches program.ErrNotFound too).
+	ErrNotAllowed = errors.New("registry not allowed")
 	// ErrNotFound: the registry has no such manifest or blob.
 	ErrNotFound = errors.New("not found in the registry")
 	// ErrDigestMismatch: content does not hash to the digest naming it.

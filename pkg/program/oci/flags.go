@@ -13,6 +13,7 @@ const (
 	FlagRegistryConfig     = "registry-config"
 	FlagRegistryCAFile     = "registry-ca-file"
 	FlagInsecureRegistries = "insecure-registries"
+	FlagAllowedRegistries  = "allowed-registries"
 	FlagCacheDir           = "bitstream-cache-dir"
 	FlagCacheSize          = "bitstream-cache-size"
 	FlagMaxLayerSize       = "bitstream-max-layer-size"
@@ -24,6 +25,7 @@ var EnvTwins = map[string]string{
 	FlagRegistryConfig:     "REGISTRY_CONFIG",
 	FlagRegistryCAFile:     "REGISTRY_CA_FILE",
 	FlagInsecureRegistries: "INSECURE_REGISTRIES",
+	FlagAllowedRegistries:  "ALLOWED_REGISTRIES",
 	FlagCacheDir:           "BITSTREAM_CACHE_DIR",
 	FlagCacheSize:          "BITSTREAM_CACHE_SIZE",
 	FlagMaxLayerSize:       "BITSTREAM_MAX_LAYER_SIZE",
@@ -37,6 +39,8 @@ func (o *RegistryOptions) AddFlags(fs *pflag.FlagSet) {
 		"PEM file of CA certificates trusted for registries' HTTPS, besides the system's")
 	fs.StringSliceVar(&o.Insecure, FlagInsecureRegistries, o.Insecure,
 		"registries (host or host:port, comma separated) reached over plain HTTP; every other registry is reached over HTTPS only")
+	fs.StringSliceVar(&o.Allowed, FlagAllowedRegistries, o.Allowed,
+		"registries (host or host:port, comma separated) claims may pull bitstreams from; empty: any registry a claim names")
 }
 
 // AddFlags registers the registry and cache flags on fs, defaulting what o

@@ -225,6 +225,10 @@ func (p *Puller) Fetch(ctx context.Context, reference string, o FetchOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	// Before the cache too: a registry no longer allowed serves nothing.
+	if err := p.client.checkAllowed(ref, reference); err != nil {
+		return nil, err
+	}
 	where := "bitstream " + reference
 	a, manifestCached, err := p.manifest(ctx, ref, where)
 	if err != nil {

@@ -166,6 +166,9 @@ func TestFetchRefuses(t *testing.T) {
 			substr: []string{"built for interface " + testIf, "region has interface " + testIf2}},
 		{name: "another AFU", ref: func() string { return pushed.Reference },
 			opts: FetchOptions{AFUID: testAFU2}, sentinels: []error{program.ErrInvalidBitstream}, substr: []string{"not the requested afuID " + testAFU2}},
+		{name: "registry not allowed", ref: func() string { return pushed.Reference },
+			edit: func(o *PullerOptions) { o.Registry.Allowed = []string{"registry.example.com:5000", "ghcr.io"} }, sentinels: []error{ErrNotAllowed, program.ErrNotFound},
+			substr: []string{"is in registry " + r.Host, "only from ghcr.io, registry.example.com:5000", "--" + FlagAllowedRegistries}},
 		{name: "sha256 pin of another file", ref: func() string { return pushed.Reference },
 			opts: FetchOptions{SHA256: zeroDigest.Encoded()}, sentinels: []error{program.ErrChecksumMismatch}, substr: []string{"sha256 pins " + zeroDigest.Encoded()}},
 	}
@@ -187,6 +190,27 @@ func TestFetchRefuses(t *testing.T) {
 	p := newPuller(t, r, "", nil)
 	if _, err := p.Fetch(t.Context(), pushed.Reference, FetchOptions{SHA256: "sha256:" + strings.TrimPrefix(pushed.LayerDigest, "sha256:")}); err != nil {
 		t.Errorf("Fetch(matching sha256 pin) error = %v", err)
+	}
+}
+
+// TestFetchOnlyFromAllowedRegistries: a registry on --allowed-registries
+// is pulled from; once it is no longer on the list, its bitstreams are
+// refused, the copies in the node's cache too.
+func TestFetchOnlyFromAllowedRegistries(t *testing.T) {
+	r := registrytest.Start(t, registrytest.Config{})
+	c := newClient(t, registryOptions(r))
+	pushed := push(t, c, r, writeGBS(t, testIf, testAFU, 256), "accel/nlb0:v1")
+	dir := t.TempDir()
+	p := newPuller(t, r, dir, func(o *PullerOptions) { o.Registry.Allowed = []string{r.Host} })
+	if _, err := p.Fetch(t.Context(), pushed.Reference, FetchOptions{}); err != nil {
+		t.Fatalf("Fetch from an allowed registry: %v", err)
+	}
+	p.Close()
+	p = newPuller(t, r, dir, func(o *PullerOptions) { o.Registry.Allowed = []string{"registry.example.com"} })
+	_, err := p.Fetch(t.Context(), pushed.Reference, FetchOptions{})
+	wantError(t, err, []error{ErrNotAllowed}, "only from registry.example.com")
+	if _, err := NewClient(RegistryOptions{Allowed: []string{"registry.example.com/accel"}}); err == nil || !strings.Contains(err.Error(), "--"+FlagAllowedRegistries) {
+		t.Errorf("NewClient with a repository among the allowed registries: %v, want an error naming --%s", err, FlagAllowedRegistries)
 	}
 }
 
