@@ -228,12 +228,13 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 	return bs, nil
 }
 
-// WaitIdle waits until no programming job and no CDI spec rewrite
-// (RefreshSpecs) runs, or ctx ends; once the State's context ended, no
-// rewrite starts. Programming cannot be stopped part way; a process that
-// hands the node to another (a rolling update) stops taking work and
-// calls WaitIdle before it releases the state lock, so that two
-// processes never program at once.
+// WaitIdle waits until no programming job and no operation (a prepare
+// committing what its jobs loaded, one answered from a record, a release,
+// a CDI spec rewrite) runs, or ctx ends; once the State's context ended,
+// no rewrite starts. Programming cannot be stopped part way; a process
+// that hands the node to another (a rolling update) stops taking work and
+// calls WaitIdle before it releases the state lock, so that two processes
+// never program, write a spec or commit at once.
 func (s *State) WaitIdle(ctx context.Context) error {
 	for {
 		s.mu.Lock()
@@ -242,21 +243,22 @@ func (s *State) WaitIdle(ctx context.Context) error {
 			running = j
 			break
 		}
-		var rewriting *op
+		var busy *op
 		for _, o := range s.ops {
-			if o.refresh {
-				rewriting = o
-				break
+			select {
+			case <-o.done:
+			default:
+				busy = o
 			}
 		}
 		s.mu.Unlock()
-		if running == nil && rewriting != nil {
-			// A spec rewrite (RefreshSpecs) in the background: short.
+		if running == nil && busy != nil {
+			// Writing a spec or the checkpoint: short.
 			select {
-			case <-rewriting.done:
+			case <-busy.done:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("rewrite of the CDI spec of %s still running: %w", rewriting.holder, context.Cause(ctx))
+				return fmt.Errorf("an operation of %s is still running: %w", busy.holder, context.Cause(ctx))
 			}
 		}
 		if running == nil {

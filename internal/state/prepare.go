@@ -101,7 +101,7 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		case err != nil:
 			return Outcome{Programmed: before}, err
 		case completed != nil:
-			out, err := s.answer(op, completed, reqs, devs)
+			out, err := s.answer(ctx, op, completed, reqs, devs)
 			out.Programmed = before
 			return out, err
 		case plans != nil && len(op.jobs) == 0:
@@ -494,6 +494,36 @@ func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
 	return out, op.err
 }
 
+// awaitHolderJobs waits, at most PrepareWait and while ctx lasts, until
+// no programming job of uid runs.
+func (s *State) awaitHolderJobs(ctx context.Context, uid types.UID) error {
+	timer := time.NewTimer(s.cfg.PrepareWait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		var running *job
+		for _, j := range s.jobs {
+			if j.holder == uid {
+				running = j
+				break
+			}
+		}
+		s.mu.Unlock()
+		if running == nil {
+			return nil
+		}
+		what := "the kubelet retries and a later call returns the result"
+		select {
+		case <-running.done:
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+			what = fmt.Sprintf("the call was cancelled: %v", context.Cause(ctx))
+		}
+		return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); %s", ErrInProgress, running.device, running.afu, time.Since(running.started).Round(time.Second), what)
+	}
+}
+
 // inProgress describes an operation still running.
 func (s *State) inProgress(op *op, what string) error {
 	for _, j := range op.jobs {
@@ -510,7 +540,7 @@ func (s *State) inProgress(op *op, what string) error {
 // answer runs an operation that answers a prepare from the holder's
 // record rec, completed (or programmed, for a prepare before binding),
 // once every change is on the disk.
-func (s *State) answer(op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
+func (s *State) answer(ctx context.Context, op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
 	h := op.holder
 	var out Outcome
 	err := s.durable(op.call)
@@ -520,7 +550,11 @@ func (s *State) answer(op *op, rec *ClaimRecord, reqs []DeviceRequest, devs *dis
 	case rec.Phase == PhaseProgrammed:
 		// Programmed before binding already.
 	default:
-		out, err = s.completed(h, rec, reqs, devs)
+		// completed waits for the holder's programming (the hook's):
+		// not longer than any prepare does.
+		if err = s.awaitHolderJobs(ctx, h.UID); err == nil {
+			out, err = s.completed(h, rec, reqs, devs)
+		}
 	}
 	s.finish(op, out, err)
 	return op.out, op.err
@@ -553,10 +587,16 @@ func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs
 			}
 		}
 	}
-	granted, known := s.written[h.UID]
+	written, known := s.written[h.UID]
 	s.mu.Unlock()
+	granted := nodeList(written)
+	if !known {
+		// Not written by this process (its write at Restore failed):
+		// the spec on the disk is what containers were given.
+		granted, known = s.grantedOnDisk(rec)
+	}
 	if known {
-		if err := s.noteRenumbered(klog.FromContext(s.ctx), h, gone(nodeList(granted), rec.Devices, devs)); err != nil {
+		if err := s.noteGone(klog.FromContext(s.ctx), h, granted, rec.Devices, devs); err != nil {
 			return Outcome{}, fmt.Errorf("record the renumbered devices of claim %s: %w", h, err)
 		}
 	}
@@ -655,6 +695,7 @@ func (s *State) dropRecord(uid types.UID) {
 		}
 	}
 	delete(s.cp.Claims, string(uid))
+	delete(s.vanished, uid)
 }
 
 // specDevices resolves a holder's device records to CDI devices.

@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -28,29 +29,104 @@ func nodeList(sig string) []string {
 	return strings.FieldsFunc(sig, func(r rune) bool { return r == ';' || r == '|' })
 }
 
-// gone is what of granted (nodes a container may have been given) recs'
-// ports do not have in devs: nodes that now belong to another port, or to
-// none.
-// A port missing from devs (its card left out of the pass) tells nothing:
-// nothing is gone then.
-func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) []string {
+// gone sorts what of granted (nodes a container may have been given) recs'
+// ports do not have in devs: stale are nodes whose path or number another
+// port has now (a container reaches that port, or through it, by them);
+// vanished are nodes no port has (a scan that missed one, or a number that
+// may come back on another port: checkVanished). ok is false when a port
+// of recs is missing from devs (its card left out of the pass), which
+// tells nothing.
+func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale, vanished []string, ok bool) {
 	have := map[string]bool{}
 	for _, d := range recs {
-		_, p, ok := devs.FindPort(d.Device)
-		if !ok {
-			return nil
+		_, p, found := devs.FindPort(d.Device)
+		if !found {
+			return nil, nil, false
 		}
 		for _, n := range nodeList(portNodes(p)) {
 			have[n] = true
 		}
 	}
-	var out []string
-	for _, n := range granted {
-		if !have[n] && !slices.Contains(out, n) {
-			out = append(out, n)
+	paths, numbers := map[string]bool{}, map[string]bool{}
+	for _, c := range devs.Cards {
+		for _, p := range c.Ports {
+			for _, n := range p.Nodes() {
+				paths[n.Path] = true
+				numbers[fmt.Sprintf("%d:%d", n.Major, n.Minor)] = true
+			}
 		}
 	}
-	return out
+	for _, n := range granted {
+		if have[n] || slices.Contains(stale, n) || slices.Contains(vanished, n) {
+			continue
+		}
+		i := strings.LastIndexByte(n, ' ')
+		if path, number := n[:max(i, 0)], n[i+1:]; paths[path] || numbers[number] {
+			stale = append(stale, n)
+		} else {
+			vanished = append(vanished, n)
+		}
+	}
+	return stale, vanished, true
+}
+
+// noteGone records what of granted h's devices no longer have in devs
+// (gone): stale nodes in its record (noteRenumbered), vanished ones for
+// checkVanished. It must run before a spec without them replaces the one
+// that gave them.
+func (s *State) noteGone(logger klog.Logger, h Holder, granted []string, recs []DeviceRecord, devs *discovery.Result) error {
+	stale, vanished, ok := gone(granted, recs, devs)
+	if !ok {
+		return nil
+	}
+	if len(vanished) > 0 {
+		s.mu.Lock()
+		for _, n := range vanished {
+			if !slices.Contains(s.vanished[h.UID], n) {
+				s.vanished[h.UID] = append(s.vanished[h.UID], n)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return s.noteRenumbered(logger, h, stale)
+}
+
+// checkVanished looks again for the vanished nodes of completed holders
+// (noteGone) in devs: one back on the holder's port is forgotten, one
+// whose path or number another port has now is stale (noteRenumbered), one
+// still nowhere is kept. The list lives in memory: a restart forgets it.
+func (s *State) checkVanished(logger klog.Logger, devs *discovery.Result) error {
+	type found struct {
+		h     Holder
+		stale []string
+	}
+	var todo []found
+	s.mu.Lock()
+	for uid, nodes := range s.vanished {
+		rec := s.cp.Claims[string(uid)]
+		if rec == nil || rec.Phase != PhaseCompleted {
+			delete(s.vanished, uid)
+			continue
+		}
+		stale, vanished, ok := gone(nodes, rec.Devices, devs)
+		if !ok {
+			continue
+		}
+		if len(vanished) == 0 {
+			delete(s.vanished, uid)
+		} else {
+			s.vanished[uid] = vanished
+		}
+		if len(stale) > 0 {
+			todo = append(todo, found{Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}, stale})
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, f := range todo {
+		errs = append(errs, s.noteRenumbered(logger, f.h, f.stale))
+	}
+	return errors.Join(errs...)
 }
 
 // noteRenumbered adds nodes to the Renumbered of uid's record, on the
@@ -83,7 +159,8 @@ func (s *State) RenumberedDevices(devs *discovery.Result) map[string]Holder {
 	out := map[string]Holder{}
 	byNode := map[string]Holder{}
 	for _, rec := range s.cp.Claims {
-		if len(rec.Renumbered) == 0 {
+		if len(rec.Renumbered) == 0 || rec.BootID != s.bootID {
+			// A reboot since ended the containers given them.
 			continue
 		}
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
@@ -229,5 +306,5 @@ func (s *State) RefreshSpecs(devs *discovery.Result) error {
 		}
 	}
 	s.mu.Unlock()
-	return s.rewrite(todo, devs)
+	return errors.Join(s.rewrite(todo, devs), s.checkVanished(klog.FromContext(s.ctx), devs))
 }

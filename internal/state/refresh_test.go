@@ -3,7 +3,9 @@ package state_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -396,4 +398,212 @@ func TestRestoreFindsRenumbering(t *testing.T) {
 		t.Fatalf("reported %v after a start that found the cards renumbered, want %v", got, want)
 	}
 	wantNode(t, n3, "uid-x", devX, devs1)
+}
+
+// TestRenumberingFoundAfterRestoreCouldNotWrite: the cards were
+// renumbered while the daemon was down, and its first scan left the
+// holder's card out: Restore could neither compare nor rewrite x's spec
+// (the old one, what x's running container was given, stays on disk).
+// When the card comes back, RefreshSpecs rewrites the spec; the stale
+// numbers must be recorded then.
+func TestRenumberingFoundAfterRestoreCouldNotWrite(t *testing.T) {
+	n, devs0, devX := twoCards(t, testnode.Options{}, holder("x"))
+	devY := devs0.Cards[1].Ports[0].DeviceName()
+	n.Stop()
+	swap(t, n)
+	n2 := testnode.New(t, testnode.Options{Restart: n, NoRestore: true})
+	devs1 := n2.Devices(t)
+	_, _ = n2.State.Restore(context.Background(), without(devs1, 0)) // card 0 left out: x's spec not written
+	refresh(t, n2, devs1)
+	wantNode(t, n2, "uid-x", devX, devs1)
+	want := []string{devX, devY}
+	slices.Sort(want)
+	if got := renumbered(n2, devs1); !slices.Equal(got, want) {
+		t.Fatalf("reported %v after the spec given before the renumbering was rewritten, want %v", got, want)
+	}
+}
+
+// TestRebootIsNoRenumbering: with a CDI directory that survives a
+// reboot (e.g. --cdi-dir=/etc/cdi), the spec Restore finds after a reboot
+// was given to containers the reboot ended. Cards enumerated in another
+// order after the reboot must not taint (NoExecute) the claim, whose pod
+// is just being restarted.
+func TestRebootIsNoRenumbering(t *testing.T) {
+	n, _, _ := twoCards(t, testnode.Options{}, holder("x"))
+	n.Stop()
+	swap(t, n)
+	if err := os.WriteFile(filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"), []byte("another-boot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n2 := testnode.New(t, testnode.Options{Restart: n})
+	devs1 := n2.Devices(t)
+	if got := renumbered(n2, devs1); len(got) != 0 {
+		t.Fatalf("reported %v as reachable by stale device numbers after a reboot, which ended every container", got)
+	}
+}
+
+// TestAnsweredPrepareBoundedByPrepareWait: a prepare answered from
+// the record of a holder whose device the programming hook (ProgramHeld)
+// is programming must not wait for the whole programming: like every
+// prepare that meets programming, it returns ErrInProgress after
+// PrepareWait (or when its caller gives up) and the programming goes on.
+func TestAnsweredPrepareBoundedByPrepareWait(t *testing.T) {
+	opts, inProg, release := heldAtProgrammed("legacy-x")
+	opts.PrepareWait = 100 * time.Millisecond
+	n, devs, devX := twoCards(t, opts, legacy("x"))
+	programmed := make(chan error, 1)
+	go func() {
+		_, err := n.State.ProgramHeld(context.Background(), "legacy-x", devX, simnode.DefaultInterfaceID, testnode.NewAFU, devs)
+		programmed <- err
+	}()
+	<-inProg
+	defer func() {
+		close(release)
+		<-programmed
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.State.Prepare(ctx, legacy("x"), request(devX, nil), devs)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, state.ErrInProgress) {
+			t.Fatalf("Prepare during the hook's programming = %v, want ErrInProgress", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a prepare answered from the record still waits, 3 s on, for the hook's programming (PrepareWait 100ms, its context ended after 1s)")
+	}
+}
+
+// TestRenumberedForgottenAtReboot: stale numbers recorded before a
+// reboot are held by no container after it (the reboot ended them all):
+// the holder's devices must not be reported (tainted NoExecute, its
+// restarted pod evicted) after it.
+func TestRenumberedForgottenAtReboot(t *testing.T) {
+	n, devs0, _ := twoCards(t, testnode.Options{}, holder("x"))
+	refresh(t, n, devs0)
+	swap(t, n)
+	devs1 := n.Devices(t)
+	refresh(t, n, devs1)
+	if got := renumbered(n, devs1); len(got) != 2 {
+		t.Fatalf("reported %v after the renumbering, want both ports", got)
+	}
+	n.Stop()
+	if err := os.WriteFile(filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"), []byte("another-boot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n2 := testnode.New(t, testnode.Options{Restart: n})
+	if got := renumbered(n2, n2.Devices(t)); len(got) != 0 {
+		t.Fatalf("reported %v after a reboot, which ended every container given a stale number", got)
+	}
+}
+
+// xfpgaNode is an extra node of a port (an Alveo port's /dev/xfpga node).
+var xfpgaNode = discovery.DevNode{Name: "dma.qdma.u1.0", Path: "/dev/xfpga/dma.qdma.u1.0", HostPath: "/nonexistent", Major: 240, Minor: 7}
+
+// withExtraNode is devs, as scanned at started, where the first port of
+// card on has one more node (xfpgaNode) and no other port has one; on < 0:
+// none has.
+func withExtraNode(devs *discovery.Result, started time.Time, on int) *discovery.Result {
+	out := *devs
+	out.Started = started
+	out.Cards = slices.Clone(devs.Cards)
+	for i := range out.Cards {
+		c := *devs.Cards[i]
+		c.Ports = slices.Clone(c.Ports)
+		p := *c.Ports[0]
+		p.ExtraNodes = nil
+		if i == on {
+			p.ExtraNodes = []discovery.DevNode{xfpgaNode}
+		}
+		c.Ports[0] = &p
+		out.Cards[i] = &c
+	}
+	return &out
+}
+
+// TestVanishedNodeIsNoRenumbering: one scan misses one node of the
+// holder's port (statNode failed: "gone since the listing; the next scan
+// sees it"); nothing was renumbered, no other port has the node's number,
+// and the next scan finds it again, with the same number. The holder's
+// pod must not be evicted for that.
+func TestVanishedNodeIsNoRenumbering(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	scanned := n.Devices(t)
+	dev := scanned.Cards[0].Ports[0].DeviceName()
+	t0 := time.Now()
+	devs0 := withExtraNode(scanned, t0, 0)
+	if _, err := n.State.Prepare(context.Background(), holder("x"), request(dev, nil), devs0); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, n, devs0)
+	refresh(t, n, withExtraNode(scanned, t0.Add(time.Second), -1)) // the node missed once
+	devs2 := withExtraNode(scanned, t0.Add(2*time.Second), 0)
+	refresh(t, n, devs2)
+	if got := renumbered(n, devs2); len(got) != 0 {
+		t.Fatalf("reported %v (tainted NoExecute until unprepared) after one scan missed a node that came back unchanged", got)
+	}
+}
+
+// TestVanishedNumberBackElsewhere: a node of the holder's port is gone
+// from every port (its spec is rewritten without it), then its number
+// comes back on another card's port: the container that was given it
+// reaches that port by it, so both ports are reported.
+func TestVanishedNumberBackElsewhere(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	scanned := n.Devices(t)
+	devX, devY := scanned.Cards[0].Ports[0].DeviceName(), scanned.Cards[1].Ports[0].DeviceName()
+	t0 := time.Now()
+	devs0 := withExtraNode(scanned, t0, 0)
+	if _, err := n.State.Prepare(context.Background(), holder("x"), request(devX, nil), devs0); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, n, devs0)
+	devs1 := withExtraNode(scanned, t0.Add(time.Second), -1)
+	refresh(t, n, devs1)
+	if got := renumbered(n, devs1); len(got) != 0 {
+		t.Fatalf("reported %v while the node is nowhere", got)
+	}
+	devs2 := withExtraNode(scanned, t0.Add(2*time.Second), 1)
+	refresh(t, n, devs2)
+	want := []string{devX, devY}
+	slices.Sort(want)
+	if got := renumbered(n, devs2); !slices.Equal(got, want) {
+		t.Fatalf("reported %v once the vanished node's number is another port's, want %v", got, want)
+	}
+}
+
+// TestWaitIdleWaitsForACommit: a prepare whose programming job ended but
+// which is still writing its CDI spec and committing keeps WaitIdle
+// waiting: a stopping daemon hands the node over only once it is done.
+func TestWaitIdleWaitsForACommit(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	opts := testnode.Options{OnStep: func(s state.Step, h types.UID) {
+		if s == state.StepSpecWritten && h == "uid-x" {
+			close(reached)
+			<-release
+		}
+	}}
+	n, devs, devX := twoCards(t, opts, state.Holder{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.State.Prepare(context.Background(), holder("x"), request(devX, ask(testnode.NewAFU, "")), devs)
+		done <- err
+	}()
+	<-reached
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := n.State.WaitIdle(ctx); err == nil {
+		t.Fatal("WaitIdle returned nil while a prepare was still committing")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := n.State.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }

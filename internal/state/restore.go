@@ -87,12 +87,10 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
 		// The spec still there is what running containers were given
 		// (a reboot empties the CDI tmpfs, and the containers with it).
-		if spec, err := s.cfg.CDI.ReadClaimSpec(rec.UID); err == nil {
-			var granted []string
-			for _, d := range spec.Devices {
-				granted = append(granted, d.Nodes...)
-			}
-			if err := s.noteRenumbered(logger, h, gone(granted, rec.Devices, devs)); err != nil {
+		// A spec from before a reboot (a CDI directory that is no tmpfs)
+		// was given to containers the reboot ended.
+		if granted, ok := s.grantedOnDisk(rec); ok {
+			if err := s.noteGone(logger, h, granted, rec.Devices, devs); err != nil {
 				errs = append(errs, fmt.Errorf("record the renumbered devices of claim %s: %w", h, err))
 			}
 		}
@@ -242,4 +240,21 @@ func deviceNames(recs []DeviceRecord) []string {
 		names[i] = d.Device
 	}
 	return names
+}
+
+// grantedOnDisk returns the device nodes rec's CDI spec on the disk gives
+// a container, when there is one written in this boot.
+func (s *State) grantedOnDisk(rec *ClaimRecord) ([]string, bool) {
+	if rec.BootID != s.bootID {
+		return nil, false
+	}
+	spec, err := s.cfg.CDI.ReadClaimSpec(rec.UID)
+	if err != nil {
+		return nil, false
+	}
+	var granted []string
+	for _, d := range spec.Devices {
+		granted = append(granted, d.Nodes...)
+	}
+	return granted, true
 }

@@ -241,6 +241,9 @@ type State struct {
 	specDevs  *discovery.Result
 	specNodes map[string]string // nodesIn(specDevs)
 	written   map[types.UID]string
+	// vanished are, by holder, nodes its spec gave that no port had
+	// when the spec was rewritten without them (noteGone).
+	vanished map[types.UID][]string
 	// onCompleted, when set, is called as completed begins (tests).
 	onCompleted func(types.UID)
 	// gen counts changes of cp; see commit.go.
@@ -298,6 +301,7 @@ func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 		ports:     map[string]*sync.Mutex{},
 		loaded:    map[string]loadedFile{},
 		written:   map[types.UID]string{},
+		vanished:  map[types.UID][]string{},
 		journal:   journal{file: cpFile, arrived: make(chan struct{}, 1), maxGather: maxGather, streamGap: streamGap},
 	}
 	if warning != nil {

@@ -286,6 +286,19 @@ func TestRenewalKeepsThePreviousCA(t *testing.T) {
 	}
 }
 
+// testKeeper is a replica's Keeper of self-signed certificates in client's
+// Secret, valid 100 days and renewed 10 days before expiry, whose clock is
+// *now plus skew; it sets *bundle as the webhook configuration's CA bundle.
+func testKeeper(client *kubefake.Clientset, now *time.Time, skew time.Duration, bundle *[]byte) *Keeper {
+	return &Keeper{
+		Certs: &SelfSigned{Client: client, Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
+			Validity: 100 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Now: func() time.Time { return now.Add(skew) }},
+		Serving:     &StaticCertificate{},
+		PatchBundle: func(_ context.Context, b []byte) error { *bundle = bytes.Clone(b); return nil },
+		Period:      5 * time.Minute,
+	}
+}
+
 // TestKeeperSwitchesARoundLater: two replicas keep the certificates
 // through a renewal one of them makes; whatever either serves, at every
 // step, is trusted by the CA bundle the webhook configuration has then.
@@ -295,16 +308,7 @@ func TestKeeperSwitchesARoundLater(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	client := kubefake.NewClientset()
 	var bundle []byte
-	keeper := func() *Keeper {
-		return &Keeper{
-			Certs: &SelfSigned{Client: client, Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
-				Validity: 100 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Now: func() time.Time { return now }},
-			Serving:     &StaticCertificate{},
-			PatchBundle: func(_ context.Context, b []byte) error { bundle = bytes.Clone(b); return nil },
-			Period:      5 * time.Minute,
-		}
-	}
-	a, b := keeper(), keeper()
+	a, b := testKeeper(client, &now, 0, &bundle), testKeeper(client, &now, 0, &bundle)
 	round := func(name string, k *Keeper) {
 		t.Helper()
 		if err := k.Round(ctx); err != nil {
@@ -333,6 +337,48 @@ func TestKeeperSwitchesARoundLater(t *testing.T) {
 			t.Errorf("replica %s still serves the replaced certificate a round after the bundle trusted the new one", name)
 		}
 	}
+}
+
+// TestKeeperSecretReplaced: the Secret is deleted (or replaced by
+// someone else, e.g. a re-install); the replica that creates the new one
+// sets a bundle without the CA of the certificate it serves, and must not
+// go on serving that certificate: the API server no longer trusts it.
+func TestKeeperSecretReplaced(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	client := kubefake.NewClientset()
+	var bundle []byte
+	k := testKeeper(client, &now, 0, &bundle)
+	roundThenTrusted(ctx, t, k, "replica", k.Serving, &bundle, now)
+	if err := client.CoreV1().Secrets("fpga-system").Delete(ctx, "webhook-tls", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(5 * time.Minute)
+	roundThenTrusted(ctx, t, k, "replica after the Secret was replaced", k.Serving, &bundle, now)
+}
+
+// TestKeeperClockSkew: replica b's clock is two minutes behind a's;
+// the certificates a made are not yet valid by b's clock, so b replaces
+// them. The bundle b sets must still trust what a serves.
+func TestKeeperClockSkew(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	client := kubefake.NewClientset()
+	var bundle []byte
+	a, b := testKeeper(client, &now, 0, &bundle), testKeeper(client, &now, -2*time.Minute, &bundle)
+	roundThenTrusted(ctx, t, a, "replica a", a.Serving, &bundle, now)
+	// The API server's clock is a's.
+	roundThenTrusted(ctx, t, b, "replica a after b's round", a.Serving, &bundle, now)
+}
+
+// roundThenTrusted runs a round of k and fails unless what s serves is
+// trusted by the CA bundle set then (*bundle) at now.
+func roundThenTrusted(ctx context.Context, t *testing.T, k *Keeper, who string, s *StaticCertificate, bundle *[]byte, now time.Time) {
+	t.Helper()
+	if err := k.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trusted(t, who, s, *bundle, now)
 }
 
 // TestKeeperServesAtOnce: a replica that serves nothing yet serves the

@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -124,7 +125,10 @@ func issuerOf(caBundle, certPEM []byte, now time.Time) []byte {
 			return nil
 		}
 		ca, err := x509.ParseCertificate(block.Bytes)
-		if err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil && !now.Before(ca.NotBefore) && now.Before(ca.NotAfter) {
+		// Not before NotBefore: a replica whose clock is behind (it
+		// replaces certificates not yet valid by its clock) must keep the
+		// CA of what the others serve.
+		if err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil && now.Before(ca.NotAfter) {
 			return pem.EncodeToMemory(block)
 		}
 	}
@@ -172,9 +176,12 @@ func (k *Keeper) Round(ctx context.Context) error {
 		k.pending = nil
 		return patchErr
 	case served == nil, served.Leaf != nil && served.Leaf.NotAfter.Before(now().Add(2*k.Period)),
-		patchErr == nil && bytes.Equal(k.pending, certs.Cert):
-		// Nothing served, the served certificate about to expire, or
-		// the bundle trusted this certificate a round ago.
+		patchErr == nil && bytes.Equal(k.pending, certs.Cert),
+		patchErr == nil && !signedBy(served, certs.CACert):
+		// Nothing served, the served certificate about to expire, the
+		// bundle trusted this certificate a round ago, or the bundle
+		// just set does not trust the served one (the Secret was
+		// replaced: its bundle has not the previous CA).
 	default:
 		if patchErr == nil {
 			k.pending = certs.Cert
@@ -186,6 +193,27 @@ func (k *Keeper) Round(ctx context.Context) error {
 		return errors.Join(err, patchErr)
 	}
 	return patchErr
+}
+
+// signedBy reports whether a CA of caBundle signed c's leaf.
+func signedBy(c *tls.Certificate, caBundle []byte) bool {
+	if len(c.Certificate) == 0 {
+		return false
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return false
+	}
+	for rest := caBundle; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return false
+		}
+		if ca, err := x509.ParseCertificate(block.Bytes); err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil {
+			return true
+		}
+	}
 }
 
 // derOf is the DER of the first PEM block of b (nil when there is none).
