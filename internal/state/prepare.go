@@ -161,6 +161,13 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	}
 	plans := make([]*plan, 0, len(reqs))
 	for _, r := range reqs {
+		if j := s.jobs[r.Device]; j != nil && j.holder == h.UID {
+			// One job per region (the hook's, ProgramHeld, is no
+			// operation to join): a second would not be seen by a
+			// release, WaitIdle or CancelJobs. Another holder's job
+			// is refused below as its hold.
+			return nil, nil, nil, nil, fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); prepare again once that has ended", ErrInProgress, r.Device, j.afu, time.Since(j.started).Round(time.Second))
+		}
 		card, port, ok := devs.FindPort(r.Device)
 		if !ok {
 			return nil, nil, nil, nil, fmt.Errorf("device %s is not on this node (any more): it was unplugged or its card failed discovery", r.Device)
@@ -172,6 +179,13 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 		}
 		pl := &plan{req: r, card: card, port: port, devicePlan: p}
 		if f.ProgrammedForBinding && !p.Program {
+			// Loaded before binding, maybe by a process that allowed
+			// more registries: the claim gets it only from an allowed one.
+			if r.Config != nil && r.Config.BitstreamRef != "" && s.cfg.Registry != nil {
+				if err := s.cfg.Registry.CheckAllowed(r.Config.BitstreamRef); err != nil {
+					return nil, nil, nil, nil, fmt.Errorf("device %s: %w", r.Device, err)
+				}
+			}
 			i := slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == r.Device })
 			before := rec.Devices[i]
 			pl.before = &before

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
@@ -442,25 +443,35 @@ func TestRebootIsNoRenumbering(t *testing.T) {
 	}
 }
 
-// TestAnsweredPrepareBoundedByPrepareWait: a prepare answered from
-// the record of a holder whose device the programming hook (ProgramHeld)
-// is programming must not wait for the whole programming: like every
-// prepare that meets programming, it returns ErrInProgress after
-// PrepareWait (or when its caller gives up) and the programming goes on.
-func TestAnsweredPrepareBoundedByPrepareWait(t *testing.T) {
+// hookProgramming is a node (PrepareWait 100 ms) with legacy holder x
+// prepared on card 0's port, whose programming hook (ProgramHeld) is
+// loading testnode.NewAFU there, held after programming until finish is
+// called; finish returns the hook's error.
+func hookProgramming(t *testing.T) (n *testnode.Node, devs *discovery.Result, devX string, finish func() error) {
+	t.Helper()
 	opts, inProg, release := heldAtProgrammed("legacy-x")
 	opts.PrepareWait = 100 * time.Millisecond
-	n, devs, devX := twoCards(t, opts, legacy("x"))
+	n, devs, devX = twoCards(t, opts, legacy("x"))
 	programmed := make(chan error, 1)
 	go func() {
 		_, err := n.State.ProgramHeld(context.Background(), "legacy-x", devX, simnode.DefaultInterfaceID, testnode.NewAFU, devs)
 		programmed <- err
 	}()
 	<-inProg
-	defer func() {
+	return n, devs, devX, func() error {
 		close(release)
-		<-programmed
-	}()
+		return <-programmed
+	}
+}
+
+// TestAnsweredPrepareBoundedByPrepareWait: a prepare answered from
+// the record of a holder whose device the programming hook (ProgramHeld)
+// is programming must not wait for the whole programming: like every
+// prepare that meets programming, it returns ErrInProgress after
+// PrepareWait (or when its caller gives up) and the programming goes on.
+func TestAnsweredPrepareBoundedByPrepareWait(t *testing.T) {
+	n, devs, devX, finish := hookProgramming(t)
+	defer func() { _ = finish() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -605,5 +616,21 @@ func TestWaitIdleWaitsForACommit(t *testing.T) {
 	}
 	if err := n.State.WaitIdle(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrepareRefusedWhileTheHookPrograms: a prepare of a holder whose
+// device the programming hook (ProgramHeld) is programming starts no
+// second job on it (one job per region: a second hides the first from a
+// release, WaitIdle and CancelJobs); it is told the device is being
+// programmed with the hook's AFU.
+func TestPrepareRefusedWhileTheHookPrograms(t *testing.T) {
+	n, devs, devX, finish := hookProgramming(t)
+	_, err := n.State.Prepare(context.Background(), legacy("x"), request(devX, ask(simnode.SecondAFUID, v1alpha1.ProgrammingAlways)), devs, state.Rebuild())
+	if perr := finish(); perr != nil {
+		t.Fatal(perr)
+	}
+	if !errors.Is(err, state.ErrInProgress) || !strings.Contains(err.Error(), "with AFU "+testnode.NewAFU) {
+		t.Fatalf("prepare while the hook programs %s: %v, want ErrInProgress naming the hook's AFU", testnode.NewAFU, err)
 	}
 }

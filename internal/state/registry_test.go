@@ -221,3 +221,47 @@ func registryNode(t *testing.T, opts oci.RegistryOptions, cacheSize int64) (*tes
 	}
 	return n, puller
 }
+
+// TestAllowedRegistriesAfterProgrammedBeforeBinding: a claim whose
+// region was programmed before binding from a registry that the daemon,
+// restarted with --allowed-registries, no longer allows is refused when the
+// kubelet prepares it, as any claim naming that registry is: no pod gets a
+// region carrying a bitstream of a registry the node refuses.
+func TestAllowedRegistriesAfterProgrammedBeforeBinding(t *testing.T) {
+	_, opts, pushed := pushBitstreams(t, testnode.NewAFU)
+	ctx := context.Background()
+	n, puller := registryNode(t, opts, 0)
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	a := holder("a")
+	reqs := request(dev, &v1alpha1.FpgaConfig{AFUID: testnode.NewAFU, BitstreamRef: pushed[0].Reference, Programming: v1alpha1.ProgrammingIfNeeded})
+	for {
+		_, err := n.State.Prepare(ctx, a, reqs, devs, state.BeforeBinding())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, state.ErrInProgress) {
+			t.Fatalf("prepare before binding: %v", err)
+		}
+	}
+	if rec, _ := n.State.Claim(a.UID); rec.Phase != state.PhaseProgrammed {
+		t.Fatalf("phase %s, want %s", rec.Phase, state.PhaseProgrammed)
+	}
+	// The admin restricts the node's registries; the daemon restarts.
+	n.Stop()
+	if err := puller.Close(); err != nil {
+		t.Fatal(err)
+	}
+	restricted := opts
+	restricted.Allowed = []string{"registry.example.com"}
+	p2, err := oci.NewPuller(ctx, oci.PullerOptions{Registry: restricted, CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p2.Close() })
+	n2 := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}, Restart: n, Registry: p2})
+	_, err = n2.State.Prepare(ctx, a, reqs, n2.Devices(t))
+	if !errors.Is(err, oci.ErrNotAllowed) {
+		t.Fatalf("kubelet prepare of a claim naming a registry outside --allowed-registries: %v, want %v", err, oci.ErrNotAllowed)
+	}
+}

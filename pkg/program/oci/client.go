@@ -117,7 +117,26 @@ func NewClient(o RegistryOptions) (*Client, error) {
 	if c.allowed, err = registryHosts(FlagAllowedRegistries, o.Allowed); err != nil {
 		return nil, err
 	}
+	c.allowed = canonicalHosts(c.allowed)
 	return c, nil
+}
+
+// canonicalHost is the registry host h names, for comparisons: DNS names
+// are case-insensitive, and docker.io is reached as registry-1.docker.io.
+func canonicalHost(h string) string {
+	h = strings.ToLower(h)
+	if h == "registry-1.docker.io" {
+		return "docker.io"
+	}
+	return h
+}
+
+func canonicalHosts(hosts map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(hosts))
+	for h := range hosts {
+		out[canonicalHost(h)] = true
+	}
+	return out
 }
 
 // registryHosts is the set of registry hosts in list (the value of --flag).
@@ -138,7 +157,7 @@ func registryHosts(flag string, list []string) (map[string]bool, error) {
 
 // checkAllowed refuses a reference to a registry outside --allowed-registries.
 func (c *Client) checkAllowed(ref v1alpha1.BitstreamRef, reference string) error {
-	if len(c.allowed) == 0 || c.allowed[ref.Registry] {
+	if len(c.allowed) == 0 || c.allowed[canonicalHost(ref.Registry)] {
 		return nil
 	}
 	hosts := make([]string, 0, len(c.allowed))

@@ -1,10 +1,13 @@
 package oci
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/registrytest"
 )
 
@@ -113,5 +116,38 @@ func TestNewClientRefusesBadOptions(t *testing.T) {
 			_, err := NewClient(tc.o)
 			wantError(t, err, nil, tc.want)
 		})
+	}
+}
+
+// TestAllowedRegistriesSameRegistry: a reference names an allowed
+// registry however the host is spelled: DNS names are case-insensitive,
+// and docker.io is registry-1.docker.io (oras connects to the latter for
+// the former).
+func TestAllowedRegistriesSameRegistry(t *testing.T) {
+	c, err := NewClient(RegistryOptions{Allowed: []string{"Registry.Example.com", "docker.io", "registry-1.docker.io:5000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := "@sha256:" + strings.Repeat("ab", 32)
+	for _, s := range []string{
+		"registry.example.com/fpga/accel" + d,
+		"REGISTRY.EXAMPLE.COM/fpga/accel" + d,
+		"registry-1.docker.io/fpga/accel" + d,
+		"Docker.IO/fpga/accel" + d,
+	} {
+		ref, err := v1alpha1.ParseBitstreamRef(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if err := c.checkAllowed(ref, s); err != nil {
+			t.Errorf("%s: %v, want it allowed", s, err)
+		}
+	}
+	// Other registries stay refused.
+	for _, s := range []string{"registry.example.com.evil.io/fpga/accel" + d, "docker.io:5000/fpga/accel" + d} {
+		ref, _ := v1alpha1.ParseBitstreamRef(s)
+		if err := c.checkAllowed(ref, s); !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("%s: %v, want %v", s, err, ErrNotAllowed)
+		}
 	}
 }

@@ -197,6 +197,17 @@ func (p *Puller) Carry(region, layerDigest string) error {
 	return nil
 }
 
+// CheckAllowed refuses a reference to a registry outside
+// --allowed-registries (ErrNotAllowed), as Fetch does: for a region that
+// carries a reference's file already and is handed out without a Fetch.
+func (p *Puller) CheckAllowed(reference string) error {
+	ref, err := ParseReference(reference)
+	if err != nil {
+		return err
+	}
+	return p.client.checkAllowed(ref, reference)
+}
+
 // Release drops every hold of holder (on unprepare), so the files it held
 // may be evicted.
 func (p *Puller) Release(holder string) { p.cache.release(holder) }
