@@ -60,8 +60,8 @@ func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale,
 		if have[n] || slices.Contains(stale, n) || slices.Contains(vanished, n) {
 			continue
 		}
-		i := strings.LastIndexByte(n, ' ')
-		if path, number := n[:max(i, 0)], n[i+1:]; paths[path] || numbers[number] {
+		number := nodeNumber(n)
+		if path := strings.TrimSuffix(n, " "+number); paths[path] || numbers[number] {
 			stale = append(stale, n)
 		} else {
 			vanished = append(vanished, n)
@@ -147,17 +147,24 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 	})
 }
 
+// nodeNumber is the device number ("major:minor") of a node described by
+// cdi.NodeString.
+func nodeNumber(node string) string {
+	return node[strings.LastIndexByte(node, ' ')+1:]
+}
+
 // RenumberedDevices returns the devices of devs a ResourceSlice must
 // taint because a running container may reach them, or through them, by
 // a device number it was given before the node's cards were enumerated
 // anew: the devices of every holder with Renumbered nodes (to evict its
-// containers), and every device that has one of those nodes now (to keep
-// it from other claims meanwhile). Each maps to such a holder.
+// containers), and every device one of whose nodes has one of those
+// numbers now, whatever its path (to keep it from other claims meanwhile).
+// Each maps to such a holder.
 func (s *State) RenumberedDevices(devs *discovery.Result) map[string]Holder {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Holder{}
-	byNode := map[string]Holder{}
+	byNumber := map[string]Holder{}
 	for _, rec := range s.cp.Claims {
 		if len(rec.Renumbered) == 0 || rec.BootID != s.bootID {
 			// A reboot since ended the containers given them.
@@ -168,16 +175,16 @@ func (s *State) RenumberedDevices(devs *discovery.Result) map[string]Holder {
 			out[d.Device] = h
 		}
 		for _, n := range rec.Renumbered {
-			byNode[n] = h
+			byNumber[nodeNumber(n)] = h
 		}
 	}
-	if len(byNode) == 0 {
+	if len(byNumber) == 0 {
 		return out
 	}
 	for _, c := range devs.Cards {
 		for _, p := range c.Ports {
 			for _, n := range nodeList(portNodes(p)) {
-				if h, ok := byNode[n]; ok {
+				if h, ok := byNumber[nodeNumber(n)]; ok {
 					out[p.DeviceName()] = h
 				}
 			}

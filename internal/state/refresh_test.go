@@ -519,6 +519,16 @@ var xfpgaNode = discovery.DevNode{Name: "dma.qdma.u1.0", Path: "/dev/xfpga/dma.q
 // card on has one more node (xfpgaNode) and no other port has one; on < 0:
 // none has.
 func withExtraNode(devs *discovery.Result, started time.Time, on int) *discovery.Result {
+	extra := map[int]discovery.DevNode{}
+	if on >= 0 {
+		extra[on] = xfpgaNode
+	}
+	return withExtraNodes(devs, started, extra)
+}
+
+// withExtraNodes is devs, as scanned at started, where the first port of
+// each card in extra has that one more node, and no other port has one.
+func withExtraNodes(devs *discovery.Result, started time.Time, extra map[int]discovery.DevNode) *discovery.Result {
 	out := *devs
 	out.Started = started
 	out.Cards = slices.Clone(devs.Cards)
@@ -527,13 +537,31 @@ func withExtraNode(devs *discovery.Result, started time.Time, on int) *discovery
 		c.Ports = slices.Clone(c.Ports)
 		p := *c.Ports[0]
 		p.ExtraNodes = nil
-		if i == on {
-			p.ExtraNodes = []discovery.DevNode{xfpgaNode}
+		if n, ok := extra[i]; ok {
+			p.ExtraNodes = []discovery.DevNode{n}
 		}
 		c.Ports[0] = &p
 		out.Cards[i] = &c
 	}
 	return &out
+}
+
+// extraNodeHolder is a node of two cards whose scan (at t0) gave card 0's
+// port xfpgaNode besides its own, with holder x prepared there and its
+// spec written from that scan; it returns the node, the scan without
+// extra nodes, the two cards' ports and t0.
+func extraNodeHolder(t *testing.T) (n *testnode.Node, scanned *discovery.Result, devX, devY string, t0 time.Time) {
+	t.Helper()
+	n = testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	scanned = n.Devices(t)
+	devX, devY = scanned.Cards[0].Ports[0].DeviceName(), scanned.Cards[1].Ports[0].DeviceName()
+	t0 = time.Now()
+	devs0 := withExtraNode(scanned, t0, 0)
+	if _, err := n.State.Prepare(context.Background(), holder("x"), request(devX, nil), devs0); err != nil {
+		t.Fatal(err)
+	}
+	refresh(t, n, devs0)
+	return n, scanned, devX, devY, t0
 }
 
 // TestVanishedNodeIsNoRenumbering: one scan misses one node of the
@@ -542,15 +570,7 @@ func withExtraNode(devs *discovery.Result, started time.Time, on int) *discovery
 // and the next scan finds it again, with the same number. The holder's
 // pod must not be evicted for that.
 func TestVanishedNodeIsNoRenumbering(t *testing.T) {
-	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
-	scanned := n.Devices(t)
-	dev := scanned.Cards[0].Ports[0].DeviceName()
-	t0 := time.Now()
-	devs0 := withExtraNode(scanned, t0, 0)
-	if _, err := n.State.Prepare(context.Background(), holder("x"), request(dev, nil), devs0); err != nil {
-		t.Fatal(err)
-	}
-	refresh(t, n, devs0)
+	n, scanned, _, _, t0 := extraNodeHolder(t)
 	refresh(t, n, withExtraNode(scanned, t0.Add(time.Second), -1)) // the node missed once
 	devs2 := withExtraNode(scanned, t0.Add(2*time.Second), 0)
 	refresh(t, n, devs2)
@@ -564,15 +584,7 @@ func TestVanishedNodeIsNoRenumbering(t *testing.T) {
 // comes back on another card's port: the container that was given it
 // reaches that port by it, so both ports are reported.
 func TestVanishedNumberBackElsewhere(t *testing.T) {
-	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
-	scanned := n.Devices(t)
-	devX, devY := scanned.Cards[0].Ports[0].DeviceName(), scanned.Cards[1].Ports[0].DeviceName()
-	t0 := time.Now()
-	devs0 := withExtraNode(scanned, t0, 0)
-	if _, err := n.State.Prepare(context.Background(), holder("x"), request(devX, nil), devs0); err != nil {
-		t.Fatal(err)
-	}
-	refresh(t, n, devs0)
+	n, scanned, devX, devY, t0 := extraNodeHolder(t)
 	devs1 := withExtraNode(scanned, t0.Add(time.Second), -1)
 	refresh(t, n, devs1)
 	if got := renumbered(n, devs1); len(got) != 0 {
@@ -632,5 +644,23 @@ func TestPrepareRefusedWhileTheHookPrograms(t *testing.T) {
 	}
 	if !errors.Is(err, state.ErrInProgress) || !strings.Contains(err.Error(), "with AFU "+testnode.NewAFU) {
 		t.Fatalf("prepare while the hook programs %s: %v, want ErrInProgress naming the hook's AFU", testnode.NewAFU, err)
+	}
+}
+
+// TestRenumberedNumberUnderAnotherPath: the holder's extra node keeps its
+// path but gets another number, and its old number goes to a node of
+// another name on the other card's port. A container reaches a device by
+// its number: that port is reported with the holder's.
+func TestRenumberedNumberUnderAnotherPath(t *testing.T) {
+	n, scanned, devX, devY, t0 := extraNodeHolder(t)
+	moved, other := xfpgaNode, xfpgaNode
+	moved.Minor++
+	other.Name, other.Path = "dma.qdma.u2.0", "/dev/xfpga/dma.qdma.u2.0"
+	devs1 := withExtraNodes(scanned, t0.Add(time.Second), map[int]discovery.DevNode{0: moved, 1: other})
+	refresh(t, n, devs1)
+	want := []string{devX, devY}
+	slices.Sort(want)
+	if got := renumbered(n, devs1); !slices.Equal(got, want) {
+		t.Fatalf("reported %v, want %v: %s's old number %d:%d is now %s's", got, want, devX, xfpgaNode.Major, xfpgaNode.Minor, devY)
 	}
 }
