@@ -90,6 +90,11 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface, metr
 				d.RefreshDevices()
 			}
 		},
+		OnRenumbered: func() {
+			if d := ns.driver.Load(); d != nil {
+				d.Republish()
+			}
+		},
 	})
 	if err != nil {
 		return nil, err

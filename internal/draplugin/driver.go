@@ -355,6 +355,10 @@ func (d *Driver) DevicesChanged() <-chan struct{} {
 // after a port was programmed; the new AFU ID is then republished.
 func (d *Driver) RefreshDevices() { d.watcher.Refresh() }
 
+// Republish publishes the ResourceSlices again, in the background: the
+// State recorded stale device numbers outside a discovery change.
+func (d *Driver) Republish() { go d.publish(d.ctx) }
+
 func (d *Driver) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
 	res.Report(logger, d.cfg.Scanner.Root)

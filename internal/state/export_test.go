@@ -67,3 +67,8 @@ func HealCheckpointWrites(s *State) error {
 // or to rewrite its spec (completed), before it looks at the record. Set
 // it before s is used.
 func SetOnCompleted(s *State, f func(types.UID)) { s.onCompleted = f }
+
+// SetOnAwaitJob makes s call f as a prepare starts waiting for a
+// programming job of the holder's outside its operation (the hook's). Set
+// it before s is used.
+func SetOnAwaitJob(s *State, f func(types.UID)) { s.onAwaitJob = f }

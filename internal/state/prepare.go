@@ -92,12 +92,22 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 	}
 	o.call = callOf(ctx)
 	var before []Programming
+	waited := false
 	for first := true; ; first = false {
 		op, completed, plans, superseded, err := s.decidePrepare(h, reqs, devs, o)
 		if first {
 			s.arrived(ctx) // in s.ops now, or not committing
 		}
+		var hook *hookJobError
 		switch {
+		case errors.As(err, &hook) && !waited:
+			// The hook's job on the holder's device: wait for it as an
+			// answered prepare does (awaitHolderJobs), then decide anew.
+			if werr := s.awaitHolderJobs(ctx, h.UID); werr != nil {
+				return Outcome{Programmed: before}, werr
+			}
+			waited = true
+			continue
 		case err != nil:
 			return Outcome{Programmed: before}, err
 		case completed != nil:
@@ -166,7 +176,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 			// operation to join): a second would not be seen by a
 			// release, WaitIdle or CancelJobs. Another holder's job
 			// is refused below as its hold.
-			return nil, nil, nil, nil, fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); prepare again once that has ended", ErrInProgress, r.Device, j.afu, time.Since(j.started).Round(time.Second))
+			return nil, nil, nil, nil, &hookJobError{fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); prepare again once that has ended", ErrInProgress, r.Device, j.afu, time.Since(j.started).Round(time.Second))}
 		}
 		card, port, ok := devs.FindPort(r.Device)
 		if !ok {
@@ -208,6 +218,12 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	s.step(StepReserved, h.UID)
 	return op, nil, plans, superseded, nil
 }
+
+// hookJobError is decidePrepare's refusal of a holder whose device a job
+// outside any operation (the hook's) programs: Prepare waits for it.
+type hookJobError struct{ error }
+
+func (e *hookJobError) Unwrap() error { return e.error }
 
 // newOp starts a prepare operation of h, a change of its Version.
 // Caller holds mu.
@@ -525,6 +541,9 @@ func (s *State) awaitHolderJobs(ctx context.Context, uid types.UID) error {
 		s.mu.Unlock()
 		if running == nil {
 			return nil
+		}
+		if s.onAwaitJob != nil {
+			s.onAwaitJob(uid)
 		}
 		what := "the kubelet retries and a later call returns the result"
 		select {

@@ -37,7 +37,7 @@ func nodeList(sig string) []string {
 // of recs is missing from devs (its card left out of the pass), which
 // tells nothing.
 func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale, vanished []string, ok bool) {
-	have := map[string]bool{}
+	have, own := map[string]bool{}, map[string]bool{}
 	for _, d := range recs {
 		_, p, found := devs.FindPort(d.Device)
 		if !found {
@@ -45,6 +45,9 @@ func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale,
 		}
 		for _, n := range nodeList(portNodes(p)) {
 			have[n] = true
+			// A container reaches a device by its number: one of the
+			// holder's own ports' numbers reaches nothing of another.
+			own[nodeNumber(n)] = true
 		}
 	}
 	paths, numbers := map[string]bool{}, map[string]bool{}
@@ -57,10 +60,10 @@ func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale,
 		}
 	}
 	for _, n := range granted {
-		if have[n] || slices.Contains(stale, n) || slices.Contains(vanished, n) {
+		number := nodeNumber(n)
+		if have[n] || own[number] || slices.Contains(stale, n) || slices.Contains(vanished, n) {
 			continue
 		}
-		number := nodeNumber(n)
 		if path := strings.TrimSuffix(n, " "+number); paths[path] || numbers[number] {
 			stale = append(stale, n)
 		} else {
@@ -136,15 +139,25 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 		return nil
 	}
 	logger.Error(nil, "DEVICE NUMBERS CHANGED under a prepared claim: its running containers may reach other ports by the numbers they were given; its devices are tainted NoExecute until it is unprepared", "claim", klog.KRef(h.Namespace, h.Name), "uid", h.UID, "nodes", nodes)
-	return s.commit(nil, func(cp *Checkpoint) {
+	added := false
+	err := s.commit(nil, func(cp *Checkpoint) {
 		if rec := cp.Claims[string(h.UID)]; rec != nil {
 			for _, n := range nodes {
 				if !slices.Contains(rec.Renumbered, n) {
 					rec.Renumbered = append(rec.Renumbered, n)
+					added = true
 				}
 			}
 		}
 	})
+	if added {
+		// In memory even if the flush failed: announce it.
+		s.step(StepRenumbered, h.UID)
+		if s.cfg.OnRenumbered != nil {
+			s.cfg.OnRenumbered()
+		}
+	}
+	return err
 }
 
 // nodeNumber is the device number ("major:minor") of a node described by

@@ -107,26 +107,38 @@ func TestRefreshAfterCardLeftOut(t *testing.T) {
 	wantNode(t, n, "uid-x", devX, devs1)
 }
 
+// renumberedWhileBusy prepares holder x on card 0's port with a node
+// built on opts, programming held (heldAtProgrammed's inProg and release)
+// while the cards are enumerated anew and RefreshSpecs sees it (and skips
+// x, busy). It returns the node, x's port, the new result, and resume,
+// which lets the programming end and returns the prepare's error.
+func renumberedWhileBusy(t *testing.T, opts testnode.Options, inProg, release chan struct{}) (n *testnode.Node, devX string, devs1 *discovery.Result, resume func() error) {
+	t.Helper()
+	n, devs0, devX := twoCards(t, opts, state.Holder{})
+	refresh(t, n, devs0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.State.Prepare(context.Background(), holder("x"), request(devX, ask(testnode.NewAFU, "")), devs0)
+		done <- err
+	}()
+	<-inProg
+	swap(t, n)
+	devs1 = n.Devices(t)
+	refresh(t, n, devs1) // x is busy: skipped
+	return n, devX, devs1, func() error {
+		close(release)
+		return <-done
+	}
+}
+
 // TestRefreshOfABusyHolder: a prepare that was programming while the
 // cards were renumbered is skipped by the RefreshSpecs that saw the
 // change, then writes its spec from the result it started with; the spec
 // is rewritten once it ended.
 func TestRefreshOfABusyHolder(t *testing.T) {
 	opts, inProg, release := heldAtProgrammed("uid-x")
-	n, devs0, devX := twoCards(t, opts, state.Holder{})
-	ctx := context.Background()
-	refresh(t, n, devs0)
-	done := make(chan error, 1)
-	go func() {
-		_, err := n.State.Prepare(ctx, holder("x"), request(devX, ask(testnode.NewAFU, "")), devs0)
-		done <- err
-	}()
-	<-inProg
-	swap(t, n)
-	devs1 := n.Devices(t)
-	refresh(t, n, devs1) // x is busy: skipped
-	close(release)
-	if err := <-done; err != nil {
+	n, devX, devs1, resume := renumberedWhileBusy(t, opts, inProg, release)
+	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
 	refresh(t, n, devs1) // any later pass (a health flip)
@@ -662,5 +674,94 @@ func TestRenumberedNumberUnderAnotherPath(t *testing.T) {
 	slices.Sort(want)
 	if got := renumbered(n, devs1); !slices.Equal(got, want) {
 		t.Fatalf("reported %v, want %v: %s's old number %d:%d is now %s's", got, want, devX, xfpgaNode.Major, xfpgaNode.Minor, devY)
+	}
+}
+
+// TestPrepareWaitsForTheHook: an Allocate of a holder whose device the
+// hook's job is programming (the kubelet does not retry Allocate: a
+// failure fails the pod's admission) waits for the job, at most
+// PrepareWait, and succeeds once it has ended: answered from the record,
+// and with Rebuild (which plans anew, and starts no second job meanwhile).
+func TestPrepareWaitsForTheHook(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []state.PrepareOption
+	}{
+		{"answered from the record", nil},
+		{"rebuild", []state.PrepareOption{state.Rebuild()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, devs, devX, finish := hookProgramming(t)
+			waiting := make(chan struct{})
+			var once sync.Once
+			state.SetOnAwaitJob(n.State, func(types.UID) { once.Do(func() { close(waiting) }) })
+			done := make(chan error, 1)
+			go func() {
+				_, err := n.State.Prepare(context.Background(), legacy("x"), request(devX, nil), devs, tc.opts...)
+				done <- err
+			}()
+			select {
+			case <-waiting:
+			case err := <-done:
+				t.Fatalf("Allocate while the hook programs did not wait for it: %v", err)
+			}
+			if err := finish(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("Allocate once the hook's job ended: %v", err)
+			}
+		})
+	}
+}
+
+// TestOwnNumberUnderAnotherPathIsNoRenumbering: the holder's extra node
+// is renamed (an Alveo instance u1 -> u2) but keeps its number, on the
+// holder's own port, and no other port has that number. A container
+// reaches a device by its number: the running container still reaches
+// only its own port, and nothing is reported (tainted NoExecute, its pod
+// evicted).
+func TestOwnNumberUnderAnotherPathIsNoRenumbering(t *testing.T) {
+	n, scanned, _, _, t0 := extraNodeHolder(t)
+	renamed := xfpgaNode
+	renamed.Name, renamed.Path = "dma.qdma.u2.0", "/dev/xfpga/dma.qdma.u2.0"
+	devs1 := withExtraNodes(scanned, t0.Add(time.Second), map[int]discovery.DevNode{0: renamed})
+	refresh(t, n, devs1)
+	if got := renumbered(n, devs1); len(got) != 0 {
+		t.Fatalf("reported %v (evicted) although the holder's node kept its number on the holder's own port", got)
+	}
+}
+
+// TestRenumberingFoundLaterIsAnnounced: a holder busy while RefreshSpecs
+// ran is rewritten in the background when its operation ends
+// (recheckSpec), and that rewrite records the stale nodes: the State
+// announces it (StepRenumbered, and Config.OnRenumbered, on which the
+// daemon publishes its slices again), since no discovery change follows.
+func TestRenumberingFoundLaterIsAnnounced(t *testing.T) {
+	opts, inProg, release := heldAtProgrammed("uid-x")
+	announced := make(chan struct{}, 10)
+	prev := opts.OnStep
+	opts.OnStep = func(s state.Step, h types.UID) {
+		if s == state.StepRenumbered {
+			announced <- struct{}{}
+		}
+		prev(s, h)
+	}
+	n, devX, devs1, resume := renumberedWhileBusy(t, opts, inProg, release)
+	published := renumbered(n, devs1)
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	wantNode(t, n, "uid-x", devX, devs1) // the background rewrite ran
+	now := renumbered(n, devs1)
+	if len(published) != 0 || len(now) != 2 {
+		t.Fatalf("reported %v while x was busy and %v once its spec was rewritten, want none, then both ports", published, now)
+	}
+	// Announced before the spec was rewritten (noteRenumbered, then
+	// writeSpec), which wantNode saw.
+	select {
+	case <-announced:
+	default:
+		t.Fatalf("RenumberedDevices went from %v (published after RefreshSpecs) to %v with no announcement: the taint is never published", published, now)
 	}
 }

@@ -78,6 +78,11 @@ type Config struct {
 	// or what a region carries (see Step), with the holder concerned. It
 	// is for tracing and fault injection: tests kill the process there.
 	OnStep func(step Step, holder types.UID)
+	// OnRenumbered, when set, runs (without the State's lock) once stale
+	// nodes were added to a holder's record: RenumberedDevices changed,
+	// maybe outside RefreshSpecs (a prepare's answer, a background
+	// rewrite), and the device taints must be published again.
+	OnRenumbered func()
 	// SkipSync writes the checkpoint without flushing it to the disk. A
 	// crash may then lose prepared claims: only for benchmarks that
 	// measure what the flush costs and for throwaway simulated nodes.
@@ -108,6 +113,8 @@ const (
 	StepSpecRemoved Step = "spec-removed"
 	// StepReleased: the record's removal is on disk; the devices are free.
 	StepReleased Step = "released"
+	// StepRenumbered: stale nodes were added to the holder's record.
+	StepRenumbered Step = "renumbered"
 )
 
 // Holder identifies who prepares devices: a ResourceClaim, or for the
@@ -244,8 +251,10 @@ type State struct {
 	// vanished are, by holder, nodes its spec gave that no port had
 	// when the spec was rewritten without them (noteGone).
 	vanished map[types.UID][]string
-	// onCompleted, when set, is called as completed begins (tests).
-	onCompleted func(types.UID)
+	// onCompleted, when set, is called as completed begins, and
+	// onAwaitJob as a prepare starts waiting for a programming job of
+	// the holder's outside its operation (awaitHolderJobs) (tests).
+	onCompleted, onAwaitJob func(types.UID)
 	// gen counts changes of cp; see commit.go.
 	gen uint64
 	// versions is the Version of each holder with a record or an
