@@ -69,6 +69,12 @@ func startPreparingNode(t testing.TB, o preparingOptions) *preparingNode {
 			d.RefreshDevices()
 		}
 	}
+	// As the daemon wires it (cmd/fpga-dra-driver).
+	node.OnRenumbered = func() {
+		if d := driver.Load(); d != nil {
+			d.Republish()
+		}
+	}
 	pn.testNode = startNode(t, nodeOptions{sim: o.sim, node: node, restart: restart, claims: claims, deviceMetadata: o.deviceMetadata, configure: func(c *draplugin.Config) {
 		c.Metrics = pn.metrics
 		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.KubeClient.EventsV1()})

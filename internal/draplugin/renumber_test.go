@@ -3,13 +3,18 @@ package draplugin_test
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
@@ -90,4 +95,51 @@ func TestRenumberingTaintsUntilUnprepared(t *testing.T) {
 	})
 	pn.unprepare(t, dra, c)
 	pn.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(renumberedTaints(s)) == 0 })
+}
+
+// TestRenumberingFoundLaterIsPublished: the cards are enumerated anew
+// while a claim is being programmed; the rescan's spec rewrite skips it
+// (busy), and its spec is written from the devices it started with, then
+// rewritten in the background once its prepare ended, which finds the
+// stale numbers after the rescan's publish. The State announces them and
+// the slices carry the taints without another discovery change.
+func TestRenumberingFoundLaterIsPublished(t *testing.T) {
+	programmed, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}, node: testnode.Options{OnStep: func(s state.Step, _ types.UID) {
+		if s == state.StepProgrammed {
+			once.Do(func() {
+				close(programmed)
+				<-release
+			})
+		}
+	}}})
+	dra := pn.draClient(t)
+	c := pn.claim(t, []string{dev0}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: NewAFU, Programming: v1alpha1.ProgrammingAlways}))
+	done := make(chan *drapbv1.NodePrepareResourceResponse, 1)
+	go func() { done <- pn.prepare(t, dra, c) }()
+	<-programmed
+	sim := pn.testNode.sim
+	if err := simnode.SwapPorts(sim.Root, sim.Cards[0].Ports[0].SysfsPath, sim.Cards[1].Ports[0].SysfsPath); err != nil {
+		t.Fatal(err)
+	}
+	pn.uevent("remove", strings.TrimPrefix(sim.Cards[0].Ports[0].SysfsPath, sim.Root+"/sys"), "dfl")
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, port, _ := pn.driver.Devices().FindPort(dev0); port != nil && port.Node.Name == "dfl-port.1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rescan never saw the cards enumerated anew")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	if r := <-done; r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	pn.waitSlices(t, func(s []resourceapi.ResourceSlice) bool {
+		got := renumberedTaints(s)
+		slices.Sort(got)
+		return slices.Equal(got, []string{dev0, dev1})
+	})
 }

@@ -54,9 +54,10 @@ type Options struct {
 	NotProgrammable bool
 	// PrepareWait and ReleaseWait tune the State (its defaults when zero).
 	PrepareWait, ReleaseWait time.Duration
-	// OnProgrammed and OnStep are the State's hooks.
+	// OnProgrammed, OnStep and OnRenumbered are the State's hooks.
 	OnProgrammed func(state.Programming)
 	OnStep       func(state.Step, types.UID)
+	OnRenumbered func()
 	// SkipSync is the State's.
 	SkipSync bool
 	// Registry is the State's puller of bitstreams from OCI registries.
@@ -126,6 +127,7 @@ func New(t testing.TB, o Options) *Node {
 		ReleaseWait:    o.ReleaseWait,
 		OnProgrammed:   o.OnProgrammed,
 		OnStep:         o.OnStep,
+		OnRenumbered:   o.OnRenumbered,
 		SkipSync:       o.SkipSync,
 	})
 	if err != nil {
