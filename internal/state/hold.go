@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -80,7 +79,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 	case j != nil:
 		// One job per region: a second would not be seen by a release
 		// or CancelJobs, and could run after the process stopped.
-		return nil, false, fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); program AFU %s once that has ended", ErrInProgress, device, j.afu, time.Since(j.started).Round(time.Second), afuID)
+		return nil, false, j.busy(fmt.Sprintf("program AFU %s once that has ended", afuID))
 	}
 	card, port, ok := devs.FindPort(device)
 	if !ok {

@@ -81,13 +81,23 @@ func (s *State) abandonJobs(jobs []*job, err error) {
 
 // hasJobs reports whether a programming job for uid is in flight. Caller
 // holds mu.
-func (s *State) hasJobs(uid types.UID) bool {
+func (s *State) hasJobs(uid types.UID) bool { return s.jobOf(uid) != nil }
+
+// jobOf returns a programming job in flight for uid, or nil. Caller holds
+// mu.
+func (s *State) jobOf(uid types.UID) *job {
 	for _, j := range s.jobs {
 		if j.holder == uid {
-			return true
+			return j
 		}
 	}
-	return false
+	return nil
+}
+
+// busy is the ErrInProgress of a caller that meets j running; what says
+// what happens next.
+func (j *job) busy(what string) error {
+	return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); %s", ErrInProgress, j.device, j.afu, time.Since(j.started).Round(time.Second), what)
 }
 
 // runJob programs a job's region, serialised with every other programming

@@ -176,7 +176,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 			// operation to join): a second would not be seen by a
 			// release, WaitIdle or CancelJobs. Another holder's job
 			// is refused below as its hold.
-			return nil, nil, nil, nil, &hookJobError{fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); prepare again once that has ended", ErrInProgress, r.Device, j.afu, time.Since(j.started).Round(time.Second))}
+			return nil, nil, nil, nil, &hookJobError{j.busy("prepare again once that has ended")}
 		}
 		card, port, ok := devs.FindPort(r.Device)
 		if !ok {
@@ -531,13 +531,7 @@ func (s *State) awaitHolderJobs(ctx context.Context, uid types.UID) error {
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		var running *job
-		for _, j := range s.jobs {
-			if j.holder == uid {
-				running = j
-				break
-			}
-		}
+		running := s.jobOf(uid)
 		s.mu.Unlock()
 		if running == nil {
 			return nil
@@ -553,7 +547,7 @@ func (s *State) awaitHolderJobs(ctx context.Context, uid types.UID) error {
 		case <-ctx.Done():
 			what = fmt.Sprintf("the call was cancelled: %v", context.Cause(ctx))
 		}
-		return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); %s", ErrInProgress, running.device, running.afu, time.Since(running.started).Round(time.Second), what)
+		return running.busy(what)
 	}
 }
 
@@ -565,7 +559,7 @@ func (s *State) inProgress(op *op, what string) error {
 			continue
 		default:
 		}
-		return fmt.Errorf("%w: device %s is being programmed with AFU %s (started %s ago); %s", ErrInProgress, j.device, j.afu, time.Since(j.started).Round(time.Second), what)
+		return j.busy(what)
 	}
 	return fmt.Errorf("%w: claim %s is being prepared; %s", ErrInProgress, op.holder, what)
 }

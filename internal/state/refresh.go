@@ -2,7 +2,6 @@ package state
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -53,18 +52,18 @@ func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale,
 	paths, numbers := map[string]bool{}, map[string]bool{}
 	for _, c := range devs.Cards {
 		for _, p := range c.Ports {
-			for _, n := range p.Nodes() {
-				paths[n.Path] = true
-				numbers[fmt.Sprintf("%d:%d", n.Major, n.Minor)] = true
+			for _, n := range nodeList(portNodes(p)) {
+				path, number := splitNode(n)
+				paths[path], numbers[number] = true, true
 			}
 		}
 	}
 	for _, n := range granted {
-		number := nodeNumber(n)
+		path, number := splitNode(n)
 		if have[n] || own[number] || slices.Contains(stale, n) || slices.Contains(vanished, n) {
 			continue
 		}
-		if path := strings.TrimSuffix(n, " "+number); paths[path] || numbers[number] {
+		if paths[path] || numbers[number] {
 			stale = append(stale, n)
 		} else {
 			vanished = append(vanished, n)
@@ -163,7 +162,15 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 // nodeNumber is the device number ("major:minor") of a node described by
 // cdi.NodeString.
 func nodeNumber(node string) string {
-	return node[strings.LastIndexByte(node, ' ')+1:]
+	_, number := splitNode(node)
+	return number
+}
+
+// splitNode splits a node described by cdi.NodeString into its path and
+// its device number ("major:minor").
+func splitNode(node string) (path, number string) {
+	i := strings.LastIndexByte(node, ' ')
+	return node[:max(i, 0)], node[i+1:]
 }
 
 // RenumberedDevices returns the devices of devs a ResourceSlice must

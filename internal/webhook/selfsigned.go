@@ -111,25 +111,30 @@ func (s *SelfSigned) Ensure(ctx context.Context) (*Certificates, error) {
 // the serving certificate certPEM, when both parse and it is valid at now;
 // nothing otherwise.
 func issuerOf(caBundle, certPEM []byte, now time.Time) []byte {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return nil
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
+	leaf, err := x509.ParseCertificate(derOf(certPEM))
 	if err != nil {
 		return nil
 	}
+	// Not before NotBefore: a replica whose clock is behind (it replaces
+	// certificates not yet valid by its clock) must keep the CA of what
+	// the others serve.
+	if block := issuerIn(caBundle, leaf, func(ca *x509.Certificate) bool { return now.Before(ca.NotAfter) }); block != nil {
+		return pem.EncodeToMemory(block)
+	}
+	return nil
+}
+
+// issuerIn returns the PEM block of the first CA certificate of caBundle
+// that signed leaf and that also passes ok; nil when there is none.
+func issuerIn(caBundle []byte, leaf *x509.Certificate, ok func(ca *x509.Certificate) bool) *pem.Block {
 	for rest := caBundle; ; {
+		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
 			return nil
 		}
-		ca, err := x509.ParseCertificate(block.Bytes)
-		// Not before NotBefore: a replica whose clock is behind (it
-		// replaces certificates not yet valid by its clock) must keep the
-		// CA of what the others serve.
-		if err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil && now.Before(ca.NotAfter) {
-			return pem.EncodeToMemory(block)
+		if ca, err := x509.ParseCertificate(block.Bytes); err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil && ok(ca) {
+			return block
 		}
 	}
 }
@@ -204,16 +209,7 @@ func signedBy(c *tls.Certificate, caBundle []byte) bool {
 	if err != nil {
 		return false
 	}
-	for rest := caBundle; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return false
-		}
-		if ca, err := x509.ParseCertificate(block.Bytes); err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil {
-			return true
-		}
-	}
+	return issuerIn(caBundle, leaf, func(*x509.Certificate) bool { return true }) != nil
 }
 
 // derOf is the DER of the first PEM block of b (nil when there is none).
