@@ -58,11 +58,11 @@ func (n *Node) Program(ctx context.Context, req ProgramRequest) (ProgramResponse
 		return ProgramResponse{}, err
 	}
 	name := port.DeviceName()
-	if card.InterfaceID != ifID {
+	if !card.Accepts(ifID) {
 		// state.ProgramHeld checks this too; saying it first gives the
 		// clearer answer whoever holds the port.
-		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is in a region with interface ID %s, not %s: request the resource region-%s, or build the AFU for interface %s",
-			program.ErrInterfaceMismatch, port.Node.Path, name, card.InterfaceID, ifID, ifID, card.InterfaceID)
+		return ProgramResponse{}, fmt.Errorf("%w: port %s (%s) is in a region with %s, not %s: request the resource region-%s, or build the AFU for interface %s",
+			program.ErrInterfaceMismatch, port.Node.Path, name, program.InterfacesOf(card.Interfaces()), ifID, ifID, card.InterfaceID)
 	}
 	holder, held := n.State.Holders()[name]
 	switch {

@@ -243,3 +243,47 @@ func TestSelectorAttributesArePublished(t *testing.T) {
 		}
 	}
 }
+
+// TestClassesSelectAnyInterfaceOfTheShell: an Alveo shell lists two
+// interface UUIDs and loads an xclbin built for either, so the classes of
+// an FpgaRegion and of a function built for the second select its card as
+// they do for the first; a class of an interface the shell does not list
+// selects nothing. The scheduler's allocator decides, against what the node
+// publishes for a simulated node with Intel cards, a U250 and a U55C.
+func TestClassesSelectAnyInterfaceOfTheShell(t *testing.T) {
+	n, res := simulatedNode(t, simnode.Options{Alveo: []string{"u250", "u55c"}})
+	var u55c []string
+	for _, c := range res.Cards {
+		if slices.Contains(c.InterfaceIDs, simnode.U55CSecondInterfaceID) {
+			u55c = append(u55c, c.Ports[0].DeviceName())
+		}
+	}
+	if len(u55c) != 1 {
+		t.Fatalf("fixture: U55C ports %v, want one", u55c)
+	}
+	const xclbin = "5eed0000000000000000000000000001"
+	classes := classesFor(t, []*v1alpha1.AcceleratorFunction{
+		acceleratorFunction("kernel-second", v1alpha1.AcceleratorFunctionSpec{AFUID: xclbin, InterfaceID: simnode.U55CSecondInterfaceID, Mode: v1alpha1.ModeRegion}),
+		acceleratorFunction("kernel-first", v1alpha1.AcceleratorFunctionSpec{AFUID: xclbin, InterfaceID: simnode.U55CInterfaceID, Mode: v1alpha1.ModeRegion}),
+		acceleratorFunction("kernel-nowhere", v1alpha1.AcceleratorFunctionSpec{AFUID: xclbin, InterfaceID: otherIfID, Mode: v1alpha1.ModeRegion}),
+	}, []*v1alpha1.FpgaRegion{fpgaRegion("u55c-second", simnode.U55CSecondInterfaceID), fpgaRegion("u55c-first", simnode.U55CInterfaceID)})
+	published := publishedSlices(t, n, res, testNode, true)
+	for class, want := range map[string][]string{
+		"u55c-second":            u55c,
+		"u55c-first":             u55c,
+		"kernel-second-program":  u55c,
+		"kernel-first-program":   u55c,
+		"kernel-nowhere-program": nil,
+	} {
+		t.Run(class, func(t *testing.T) {
+			got := allocate(t, published, classes, nil, exactClaim(class))
+			switch {
+			case want == nil && got != nil:
+				t.Fatalf("allocated %v, want no allocation", got.devices)
+			case want == nil:
+			case got == nil || !slices.Equal(got.devices, want):
+				t.Fatalf("allocated %+v, want %v", got, want)
+			}
+		})
+	}
+}

@@ -12,6 +12,10 @@ const (
 	attrAFUID        = "afuID"
 	attrInterfaceID  = "interfaceID"
 	attrProgrammable = "programmable"
+	// maxInterfaceIDs is how many interface ID attributes a device may
+	// carry: interfaceID, then interfaceID2 up to interfaceID4 (an Alveo
+	// shell lists several; discovery.MaxInterfaceIDs).
+	maxInterfaceIDs = 4
 )
 
 // DriverSelector is the CEL expression that selects every device of the
@@ -21,23 +25,24 @@ func DriverSelector(driverName string) string {
 }
 
 // LoadedSelector is the CEL expression that selects the driver's devices
-// where afuID is loaded and, when interfaceID is not empty, whose region has
-// that interface ID. A device without an afuID attribute (unreadable) is not
+// where afuID is loaded and, when interfaceID is not empty, whose region
+// accepts that interface ID (hasInterface). A device without an afuID attribute (unreadable) is not
 // selected; the expression never fails on it.
 func LoadedSelector(driverName, afuID, interfaceID string) string {
 	terms := []string{DriverSelector(driverName), equals(driverName, attrAFUID, afuID)}
 	if interfaceID != "" {
-		terms = append(terms, equals(driverName, attrInterfaceID, interfaceID))
+		terms = append(terms, hasInterface(driverName, interfaceID))
 	}
 	return strings.Join(terms, " && ")
 }
 
 // ProgrammableSelector is the CEL expression that selects the driver's
-// devices whose region has interfaceID, on nodes that allow programming.
+// devices whose region accepts interfaceID (hasInterface), on nodes that
+// allow programming.
 func ProgrammableSelector(driverName, interfaceID string) string {
 	return strings.Join([]string{
 		DriverSelector(driverName),
-		equals(driverName, attrInterfaceID, interfaceID),
+		hasInterface(driverName, interfaceID),
 		programmable(driverName),
 	}, " && ")
 }
@@ -53,6 +58,17 @@ func PinnedLoadedSelector(driverName, afuID, interfaceID string) string {
 // programming.
 func programmable(driverName string) string {
 	return fmt.Sprintf("%q in %s && %s", attrProgrammable, attributes(driverName), attribute(driverName, attrProgrammable))
+}
+
+// hasInterface is a CEL term that is true when one of the device's
+// interface ID attributes is value: a region accepts a bitstream built for
+// any of them.
+func hasInterface(driverName, value string) string {
+	terms := []string{equals(driverName, attrInterfaceID, value)}
+	for i := 2; i <= maxInterfaceIDs; i++ {
+		terms = append(terms, equals(driverName, fmt.Sprintf("%s%d", attrInterfaceID, i), value))
+	}
+	return "(" + strings.Join(terms, " || ") + ")"
 }
 
 // equals is a CEL term that is true when the device has the string

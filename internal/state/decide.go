@@ -19,16 +19,17 @@ type deviceFacts struct {
 	// the deciding holder); Releasing says that holder is being released.
 	HeldBy    string
 	Releasing bool
-	// InterfaceID is the region's interface ID, LoadedAFU the AFU sysfs
+	// InterfaceIDs are the interface IDs the region accepts
+	// (discovery.Card.Interfaces), LoadedAFU the AFU sysfs
 	// shows behind it, LoadedSHA the digest of the file this driver last
 	// loaded there, LoadedRef the OCI reference it came from and
 	// LoadedLayer that reference's layer in the OCI cache ("" when
 	// unknown).
-	InterfaceID string
-	LoadedAFU   string
-	LoadedSHA   string
-	LoadedRef   string
-	LoadedLayer string
+	InterfaceIDs []string
+	LoadedAFU    string
+	LoadedSHA    string
+	LoadedRef    string
+	LoadedLayer  string
 	// Rebooted: the node rebooted since the holder's record was written;
 	// ProgrammedBefore: that record says this driver programmed the
 	// region for the holder (so the reboot erased it). ProgrammedForBinding:
@@ -66,7 +67,7 @@ type devicePlan struct {
 //   - a region programmed for the holder before its pod was bound (and
 //     still carrying what was loaded) is not programmed again, whatever
 //     the policy;
-//   - a config whose interfaceID is not the region's is refused
+//   - a config whose interfaceID is not one the region accepts is refused
 //     (program.ErrInterfaceMismatch);
 //   - programming: Never needs the AFU loaded (ErrAFUNotLoaded);
 //   - programming: Always programs;
@@ -88,8 +89,8 @@ func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
 	if cfg == nil {
 		return p, nil
 	}
-	if cfg.InterfaceID != "" && cfg.InterfaceID != f.InterfaceID {
-		return devicePlan{}, fmt.Errorf("%w: device %s has interface ID %s but the claim's config asks for %s: select a device with that interface ID or drop interfaceID from the config", program.ErrInterfaceMismatch, f.Device, f.InterfaceID, cfg.InterfaceID)
+	if cfg.InterfaceID != "" && !slices.Contains(f.InterfaceIDs, cfg.InterfaceID) {
+		return devicePlan{}, fmt.Errorf("%w: device %s has %s but the claim's config asks for %s: select a device with that interface ID or drop interfaceID from the config", program.ErrInterfaceMismatch, f.Device, program.InterfacesOf(f.InterfaceIDs), cfg.InterfaceID)
 	}
 	p.AFU = cfg.AFUID
 	if f.ProgrammedForBinding && f.LoadedAFU == cfg.AFUID {
@@ -167,7 +168,7 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 	}
 	f := deviceFacts{
 		Device:         device,
-		InterfaceID:    card.InterfaceID,
+		InterfaceIDs:   card.Interfaces(),
 		LoadedAFU:      loadedAFU,
 		LoadedSHA:      loadedSHA,
 		LoadedRef:      loadedRef,

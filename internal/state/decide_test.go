@@ -29,7 +29,7 @@ func TestDecideDevice(t *testing.T) {
 	cfg := func(mode v1alpha1.ProgrammingPolicy, sha string) *v1alpha1.FpgaConfig {
 		return &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: mode, SHA256: sha}
 	}
-	free := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceID: ifID, Programmable: true, HaveProgrammer: true}
+	free := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceIDs: []string{ifID}, Programmable: true, HaveProgrammer: true}
 	with := func(f func(*deviceFacts)) deviceFacts {
 		d := free
 		f(&d)
@@ -48,6 +48,7 @@ func TestDecideDevice(t *testing.T) {
 		{name: "held by another holder", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA; f.HeldBy = other }), err: ErrDeviceHeld},
 		{name: "held by a holder being released", facts: with(func(f *deviceFacts) { f.HeldBy = other; f.Releasing = true }), err: ErrDeviceHeld},
 		{name: "interface mismatch", cfg: &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: "11111111111111111111111111111111"}, facts: free, err: program.ErrInterfaceMismatch},
+		{name: "second interface of the region", cfg: &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: "11111111111111111111111111111111", Programming: v1alpha1.ProgrammingIfNeeded}, facts: with(func(f *deviceFacts) { f.InterfaceIDs = []string{ifID, "11111111111111111111111111111111"} }), program: true, afu: afuA},
 
 		{name: "Never, loaded", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuA }), afu: afuA},
 		{name: "Never, other AFU loaded", cfg: cfg(v1alpha1.ProgrammingNever, ""), facts: with(func(f *deviceFacts) { f.LoadedAFU = afuB }), err: ErrAFUNotLoaded},
@@ -195,7 +196,7 @@ func TestDecideDeviceProduct(t *testing.T) {
 							for _, held := range []string{"free", "held"} {
 								c := combo{mode, load, pin, boot, binding, programmable, held}
 								cfg := &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: modes[mode]}
-								f := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceID: ifID, LoadedAFU: loaded[load], Programmable: programmable == "programmable", HaveProgrammer: true}
+								f := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceIDs: []string{ifID}, LoadedAFU: loaded[load], Programmable: programmable == "programmable", HaveProgrammer: true}
 								if pin == "pinned-loaded-here" || pin == "pinned-loaded-elsewhere" {
 									cfg.SHA256 = shaX
 								}

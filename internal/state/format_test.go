@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
@@ -34,5 +35,56 @@ func TestBitstreamOfAnotherFamilyNamed(t *testing.T) {
 	}
 	if calls := n.Programmer.TotalCalls(); calls != 0 {
 		t.Fatalf("the programmer was called %d times", calls)
+	}
+}
+
+// TestXclbinForTheShellsSecondInterface: an Alveo shell that lists two
+// interface UUIDs gets an xclbin built for its second programmed, found in
+// the repository by the AFU alone or with that interface named in the
+// config; a config naming an interface the shell does not list is refused
+// before anything is programmed.
+func TestXclbinForTheShellsSecondInterface(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Alveo: []string{"u55c"}}})
+	const xclbin = "5eed0000000000000000000000000002"
+	m := simnode.AlveoModels["u55c"]
+	if _, err := program.WriteSimXclbinRepository(n.RepoDir, simnode.U55CSecondInterfaceID, m.Platform, []string{xclbin}); err != nil {
+		t.Fatal(err)
+	}
+	devs := n.Devices(t)
+	var port *discovery.Port
+	for _, c := range devs.Cards {
+		if c.Driver == discovery.DriverXRT {
+			port = c.Ports[0]
+		}
+	}
+	if port == nil {
+		t.Fatal("no Alveo card discovered")
+	}
+	ctx := context.Background()
+	refused := &v1alpha1.FpgaConfig{AFUID: xclbin, InterfaceID: simnode.U250InterfaceID, Programming: v1alpha1.ProgrammingIfNeeded}
+	if _, err := n.State.Prepare(ctx, holder("other-interface"), request(port.DeviceName(), refused), devs); !errors.Is(err, program.ErrInterfaceMismatch) {
+		t.Fatalf("a config naming an interface the shell does not list: got %v, want an interface mismatch", err)
+	}
+	if calls := n.Programmer.TotalCalls(); calls != 0 {
+		t.Fatalf("the programmer was called %d times", calls)
+	}
+	for i, cfg := range []*v1alpha1.FpgaConfig{
+		{AFUID: xclbin, Programming: v1alpha1.ProgrammingAlways},
+		{AFUID: xclbin, InterfaceID: simnode.U55CSecondInterfaceID, Programming: v1alpha1.ProgrammingAlways},
+	} {
+		h := holder(fmt.Sprintf("second-interface-%d", i))
+		out, err := n.State.Prepare(ctx, h, request(port.DeviceName(), cfg), devs)
+		if err != nil {
+			t.Fatalf("config %+v: %v", cfg, err)
+		}
+		if len(out.Programmed) != 1 || out.Programmed[0].Err != nil || out.Programmed[0].AFUID != xclbin {
+			t.Fatalf("config %+v programmed %+v, want %s loaded", cfg, out.Programmed, xclbin)
+		}
+		if id, err := port.ReadAFUID(); err != nil || id != xclbin {
+			t.Fatalf("xclbinuuid after config %+v: %q, %v", cfg, id, err)
+		}
+		if err := n.State.Unprepare(ctx, h.UID); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -198,6 +198,13 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 // bitstream finds the file cfg asks for, for card's region, and notes in
 // res where it came from.
 func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.FpgaConfig, card *discovery.Card, res *Programming) (*program.Bitstream, error) {
+	// The interfaces a bitstream may be built for: the config's when it
+	// names one (decideDevice checked the region accepts it), else any the
+	// region accepts.
+	interfaces := card.Interfaces()
+	if cfg.InterfaceID != "" {
+		interfaces = []string{cfg.InterfaceID}
+	}
 	if cfg.BitstreamRef != "" {
 		res.Bitstream = cfg.BitstreamRef
 		if s.cfg.Registry == nil {
@@ -208,7 +215,7 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 			return nil, fmt.Errorf("%w: the config names %s in a registry, but this node pulls no bitstreams from registries: %s; fix that, or use a bitstream from the node's repository", program.ErrNotFound, cfg.BitstreamRef, why)
 		}
 		f, err := s.cfg.Registry.Fetch(ctx, cfg.BitstreamRef, oci.FetchOptions{
-			Holder: string(holder), AFUID: cfg.AFUID, InterfaceID: card.InterfaceID, SHA256: cfg.SHA256,
+			Holder: string(holder), AFUID: cfg.AFUID, InterfaceIDs: interfaces, SHA256: cfg.SHA256,
 		})
 		if err != nil {
 			return nil, err
@@ -229,7 +236,7 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 			err = fmt.Errorf("%w: bitstream %s carries AFU %s, not the config's afuID %s", program.ErrInvalidBitstream, cfg.Bitstream, bs.AFUID, cfg.AFUID)
 		}
 	} else {
-		bs, err = s.cfg.Repository.Find(card.InterfaceID, cfg.AFUID)
+		bs, err = s.cfg.Repository.FindFor(interfaces, cfg.AFUID)
 	}
 	if err != nil {
 		return nil, err

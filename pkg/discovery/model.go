@@ -166,6 +166,33 @@ type Card struct {
 // pass's time. Zero when unknown.
 func (c *Card) ReadAt() time.Time { return c.readAt }
 
+// MaxInterfaceIDs is how many interface IDs of a card are published as
+// device attributes: interfaceID, then interfaceID2 up to interfaceID4. A
+// shell that lists more (none known does) is still programmed with a
+// bitstream built for any of them; only DeviceClasses cannot select the
+// card by the ones beyond.
+const MaxInterfaceIDs = 4
+
+// Interfaces returns the interface IDs a bitstream may be built for to be
+// loaded into the card's region, InterfaceID first (none when the card has
+// no usable one). An Alveo shell may list several; a bitstream built for any
+// of them loads.
+func (c *Card) Interfaces() []string {
+	var out []string
+	for _, id := range append([]string{c.InterfaceID}, c.InterfaceIDs...) {
+		if id != "" && id != AllF && id != allZero && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Accepts reports whether a bitstream built for interface ID id (canonical)
+// loads into the card's region: id is one of its Interfaces.
+func (c *Card) Accepts(id string) bool {
+	return slices.Contains(c.Interfaces(), id)
+}
+
 // ManagementNodes returns every node of the card a container must never
 // get: the FME and the other management nodes.
 func (c *Card) ManagementNodes() []DevNode {

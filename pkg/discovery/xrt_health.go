@@ -66,7 +66,7 @@ func xrtCheck(c *Card, p *Port, d, mgmt sysDir) {
 			attrs = append(attrs, a)
 		}
 	}
-	for i, id := range c.InterfaceIDs[min(1, len(c.InterfaceIDs)):] {
+	for i, id := range c.InterfaceIDs[min(1, len(c.InterfaceIDs)):min(MaxInterfaceIDs, len(c.InterfaceIDs))] {
 		attrs = append(attrs, Attribute{Name: fmt.Sprintf("interfaceID%d", i+2), Value: id})
 	}
 	c.Attributes = attrs

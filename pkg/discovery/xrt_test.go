@@ -1,6 +1,7 @@
 package discovery_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -266,5 +267,50 @@ func TestSelectFamilies(t *testing.T) {
 		if _, err := discovery.ParseSelection(bad); err == nil {
 			t.Errorf("selection %q accepted", bad)
 		}
+	}
+}
+
+// TestShellWithManyInterfaces: every interface UUID the shell lists is one
+// its region accepts (Interfaces, Accepts), in the shell's order and once
+// each; the first MaxInterfaceIDs of them are published as interfaceID and
+// interfaceID2 up to interfaceID4, the ones beyond are not, and all-zero or
+// all-f entries are never accepted.
+func TestShellWithManyInterfaces(t *testing.T) {
+	n := writeNode(t, simnode.Options{Alveo: []string{"u55c"}})
+	ids := []string{
+		simnode.U55CInterfaceID, simnode.U55CSecondInterfaceID,
+		"33333333333333333333333333333333", "44444444444444444444444444444444",
+		"55555555555555555555555555555555", simnode.U55CSecondInterfaceID,
+		discovery.AllF,
+	}
+	if err := n.SetAlveoStatus(n.Alveo[0], "interface_uuids", strings.Join(ids, "\n")); err != nil {
+		t.Fatal(err)
+	}
+	c := scan(t, n.Root).Cards[0]
+	want := ids[:5]
+	if got := c.Interfaces(); !slices.Equal(got, want) {
+		t.Errorf("Interfaces() = %v, want %v", got, want)
+	}
+	for _, id := range want {
+		if !c.Accepts(id) {
+			t.Errorf("Accepts(%s) = false", id)
+		}
+	}
+	for _, id := range []string{discovery.AllF, "00000000000000000000000000000000", "66666666666666666666666666666666"} {
+		if c.Accepts(id) {
+			t.Errorf("Accepts(%s) = true", id)
+		}
+	}
+	if c.InterfaceID != ids[0] {
+		t.Errorf("InterfaceID = %s, want %s", c.InterfaceID, ids[0])
+	}
+	for i := 2; i <= discovery.MaxInterfaceIDs; i++ {
+		if got := attr(c.Attributes, fmt.Sprintf("interfaceID%d", i)); got != ids[i-1] {
+			t.Errorf("interfaceID%d = %v, want %s", i, got, ids[i-1])
+		}
+	}
+	beyond := fmt.Sprintf("interfaceID%d", discovery.MaxInterfaceIDs+1)
+	if got := attr(c.Attributes, beyond); got != nil {
+		t.Errorf("%s = %v published beyond interfaceID%d", beyond, got, discovery.MaxInterfaceIDs)
 	}
 }

@@ -103,9 +103,9 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 	if err := formatFits(bs, card, port); err != nil {
 		return done(err)
 	}
-	if card.InterfaceID != bs.InterfaceID {
-		return done(fmt.Errorf("%w: bitstream %s is built for interface %s, but card %s (port %s) has interface %q: build the AFU for this card's FIM/interface or pick a card with interface %s",
-			ErrInterfaceMismatch, bs.Path, bs.InterfaceID, card.PCIAddress, port.DeviceName(), card.InterfaceID, bs.InterfaceID))
+	if !card.Accepts(bs.InterfaceID) {
+		return done(fmt.Errorf("%w: bitstream %s is built for interface %s, but card %s (port %s) has %s: build the AFU for this card's FIM/interface or pick a card with interface %s",
+			ErrInterfaceMismatch, bs.Path, bs.InterfaceID, card.PCIAddress, port.DeviceName(), InterfacesOf(card.Interfaces()), bs.InterfaceID))
 	}
 
 	payload, sum, size, err := bs.readPayload(opts.SHA256)
@@ -141,6 +141,19 @@ func Load(ctx context.Context, p Programmer, card *discovery.Card, port *discove
 	logger.V(2).Info("Programmed port", "afuID", bs.AFUID, "sha256", sum,
 		"read", res.ReadDuration, "program", res.ProgramDuration, "verify", res.VerifyDuration, "total", res.TotalDuration)
 	return res, err
+}
+
+// InterfacesOf describes the interface IDs a region accepts (see
+// discovery.Card.Interfaces), for messages: `interface "<id>"`, `interfaces
+// <id>, <id>`, or `no usable interface ID`.
+func InterfacesOf(ids []string) string {
+	switch len(ids) {
+	case 0:
+		return "no usable interface ID"
+	case 1:
+		return fmt.Sprintf("interface %q", ids[0])
+	}
+	return "interfaces " + strings.Join(ids, ", ")
 }
 
 // formatFits refuses a bitstream whose format belongs to another card

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -405,5 +406,56 @@ func TestLoadStoppedIsNoDeviceFault(t *testing.T) {
 	_, err := Load(ctx, sim, card, card.Ports[0], openTestBitstream(t, data), LoadOptions{SHA256: sha256Hex(data)})
 	if !errors.Is(err, unprepared) || errors.Is(err, ErrProgramFailed) {
 		t.Fatalf("Load stopped by its caller: %v; want the cause (%v), not %v", err, unprepared, ErrProgramFailed)
+	}
+}
+
+// TestXclbinForAnyInterfaceOfTheShell: a shell that lists several
+// interface UUIDs loads an xclbin built for any of them. The repository
+// finds one for the first interface it holds one for, in the card's order;
+// an xclbin for an interface the shell does not list is refused before the
+// programmer runs, naming every interface the card has.
+func TestXclbinForAnyInterfaceOfTheShell(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "second/a.xclbin", xclbinFile(t, testIf2, testXclbin, 64))
+	writeFile(t, dir, "first/b.xclbin", xclbinFile(t, testXIf, testXclbin2, 64))
+	writeFile(t, dir, "second/b.xclbin", xclbinFile(t, testIf2, testXclbin2, 64))
+	writeFile(t, dir, "other/c.xclbin", xclbinFile(t, testIf, testXclbin, 64))
+	r := newTestRepository(t, dir)
+	card := xrtTestCard(t, testXIf, "")
+	card.InterfaceIDs = []string{testXIf, testIf2}
+	if got := card.Interfaces(); !slices.Equal(got, []string{testXIf, testIf2}) {
+		t.Fatalf("Interfaces() = %v", got)
+	}
+
+	bs, err := r.FindFor(card.Interfaces(), testXclbin)
+	if err != nil || bs.InterfaceID != testIf2 {
+		t.Fatalf("FindFor(%s) = %+v, %v: want the xclbin built for the second interface", testXclbin, bs, err)
+	}
+	sim := &SimProgrammer{}
+	if _, err := Load(ctx, sim, card, card.Ports[0], bs, LoadOptions{}); err != nil {
+		t.Fatalf("load an xclbin built for the shell's second interface: %v", err)
+	}
+	if got := readAFUIDFile(t, card.Ports[0]); got != testXclbinDsh+"\n" {
+		t.Errorf("xclbinuuid = %q, want %s", got, testXclbinDsh)
+	}
+	if bs, err := r.FindFor(card.Interfaces(), testXclbin2); err != nil || bs.InterfaceID != testXIf {
+		t.Errorf("FindFor(%s) = %+v, %v: want the build for the first interface", testXclbin2, bs, err)
+	}
+
+	other, err := r.FindByName("other/c.xclbin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := sim.TotalCalls()
+	_, err = Load(ctx, sim, card, card.Ports[0], other, LoadOptions{})
+	wantErr(t, err, "built for interface "+testIf, "has interfaces "+testXIf+", "+testIf2)
+	if !errors.Is(err, ErrInterfaceMismatch) || sim.TotalCalls() != calls {
+		t.Errorf("error %v (programmer called %d more times): want ErrInterfaceMismatch before programming", err, sim.TotalCalls()-calls)
+	}
+	_, err = r.FindFor([]string{testIf}, testXclbin2)
+	wantErr(t, err, "no bitstream for AFU "+testXclbin2+" with interface "+testIf, "found it only for interfaces ["+testIf2+" "+testXIf+"]")
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("error %v does not match ErrNotFound", err)
 	}
 }

@@ -163,28 +163,42 @@ func (r *Repository) snapshot() *repoIndex {
 // GBS before an AOCX or xclbin, then the newest. The error matches
 // ErrNotFound and says what the repository holds for that AFU.
 func (r *Repository) Find(interfaceID, afuID string) (*Bitstream, error) {
-	ifID, err := discovery.CanonicalID(interfaceID)
-	if err != nil {
-		return nil, fmt.Errorf("interface ID: %w", err)
+	return r.FindFor([]string{interfaceID}, afuID)
+}
+
+// FindFor is Find for a region that accepts several interfaces (an Alveo
+// shell lists them all, see discovery.Card.Interfaces): the preferred
+// bitstream for the first of interfaceIDs, in their order, that the
+// repository holds one for.
+func (r *Repository) FindFor(interfaceIDs []string, afuID string) (*Bitstream, error) {
+	if len(interfaceIDs) == 0 {
+		return nil, fmt.Errorf("%w: no bitstream for AFU %s: the region has no usable interface ID", ErrNotFound, afuID)
 	}
 	afu, err := discovery.CanonicalID(afuID)
 	if err != nil {
 		return nil, fmt.Errorf("AFU ID: %w", err)
 	}
-	key := idKey{interfaceID: ifID, afuID: afu}
+	keys := make([]idKey, len(interfaceIDs))
+	for i, id := range interfaceIDs {
+		ifID, err := discovery.CanonicalID(id)
+		if err != nil {
+			return nil, fmt.Errorf("interface ID: %w", err)
+		}
+		keys[i] = idKey{interfaceID: ifID, afuID: afu}
+	}
 	idx := r.snapshot()
-	if e := idx.preferred(key); e != nil && unchanged(e) {
+	e := idx.preferred(keys)
+	if e != nil && unchanged(e) {
 		return e.bs, nil
-	} else if e != nil {
-		r.refresh(idx.generation, true) // a hit went stale: re-index now
-	} else {
-		r.refresh(idx.generation, false)
 	}
+	// A hit that went stale re-indexes now; a miss at most once per
+	// rescan interval.
+	r.refresh(idx.generation, e != nil)
 	idx = r.snapshot()
-	if e := idx.preferred(key); e != nil {
+	if e := idx.preferred(keys); e != nil {
 		return e.bs, nil
 	}
-	return nil, r.notFound(idx, key)
+	return nil, r.notFound(idx, keys)
 }
 
 // FindByName returns the bitstream in the file name, a path relative to the
@@ -294,9 +308,13 @@ func unchanged(e *fileEntry) bool {
 	return err == nil && fingerprintOf(e.fp.path, fi) == e.fp
 }
 
-func (idx *repoIndex) preferred(key idKey) *fileEntry {
-	if es := idx.byID[key]; len(es) > 0 {
-		return es[0]
+// preferred is the preferred entry of the first of keys the index holds
+// one for, or nil.
+func (idx *repoIndex) preferred(keys []idKey) *fileEntry {
+	for _, key := range keys {
+		if es := idx.byID[key]; len(es) > 0 {
+			return es[0]
+		}
 	}
 	return nil
 }
@@ -305,20 +323,27 @@ func (idx *repoIndex) usable() int {
 	return len(idx.files) - idx.refused
 }
 
-func (r *Repository) notFound(idx *repoIndex, key idKey) error {
-	what := fmt.Sprintf("no bitstream for AFU %s with interface %s in %s", key.afuID, key.interfaceID, r.dir)
+// notFound says that the index holds no bitstream for keys (one AFU, the
+// region's interfaces) and what it holds for that AFU.
+func (r *Repository) notFound(idx *repoIndex, keys []idKey) error {
+	afu := keys[0].afuID
+	var want []string
+	for _, k := range keys {
+		want = append(want, k.interfaceID)
+	}
+	what := fmt.Sprintf("no bitstream for AFU %s with interface %s in %s", afu, strings.Join(want, " or "), r.dir)
 	if idx.rootErr != nil {
 		return fmt.Errorf("%w: %s: the repository cannot be read: %w: create it and copy the bitstreams into it", ErrNotFound, what, idx.rootErr)
 	}
 	var ifs []string
 	for k := range idx.byID {
-		if k.afuID == key.afuID {
+		if k.afuID == afu {
 			ifs = append(ifs, k.interfaceID)
 		}
 	}
 	slices.Sort(ifs)
 	if len(ifs) > 0 {
-		what += fmt.Sprintf(": found it only for interfaces %v: use a card with a matching interface (FIM) or build the AFU for interface %s", ifs, key.interfaceID)
+		what += fmt.Sprintf(": found it only for interfaces %v: use a card with a matching interface (FIM) or build the AFU for interface %s", ifs, want[0])
 	} else {
 		what += fmt.Sprintf(": the repository holds %d bitstreams, none for that AFU: copy one into it", idx.usable())
 	}

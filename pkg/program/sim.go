@@ -253,8 +253,8 @@ func simLoaded(card *discovery.Card, port *discovery.Port, payload []byte) (stri
 		switch {
 		case err != nil:
 			return "", fmt.Errorf("%w: simulated xocl on %s: %w: %w", ErrProgramFailed, card.PCIAddress, err, syscall.EINVAL)
-		case h.interfaceID != card.InterfaceID:
-			return "", fmt.Errorf("%w: simulated xocl on %s: xclbin interface UUID %s is not the card's %s: %w", ErrProgramFailed, card.PCIAddress, h.interfaceID, card.InterfaceID, syscall.EINVAL)
+		case !card.Accepts(h.interfaceID):
+			return "", fmt.Errorf("%w: simulated xocl on %s: xclbin interface UUID %s is not one of the card's (%s): %w", ErrProgramFailed, card.PCIAddress, h.interfaceID, InterfacesOf(card.Interfaces()), syscall.EINVAL)
 		}
 		return dashedUUID(h.uuid) + "\n", nil
 	}

@@ -198,7 +198,7 @@ func TestSimProgrammerXRTValidatesLikeXocl(t *testing.T) {
 	}{
 		"GBS payload":     {gbsFile(t, testXIf, testXclbin, 64), `simulated xclbin payload: xclbin magic is "XeonFPGA"`},
 		"empty payload":   {nil, "shorter than the 456-byte xclbin header"},
-		"other interface": {xclbinFile(t, testIf, testXclbin, 64), "xclbin interface UUID " + testIf + " is not the card's " + testXIf},
+		"other interface": {xclbinFile(t, testIf, testXclbin, 64), "xclbin interface UUID " + testIf + " is not one of the card's (interface \"" + testXIf + "\")"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := (&SimProgrammer{}).Program(context.Background(), card, card.Ports[0], tc.payload)

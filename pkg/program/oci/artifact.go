@@ -2,6 +2,8 @@ package oci
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -117,14 +119,17 @@ func checkHeader(where string, a Annotations, bs *program.Bitstream) error {
 // checkWanted checks the annotations against what the caller needs, before
 // anything large is pulled.
 func checkWanted(where string, a Annotations, o FetchOptions) error {
-	if o.InterfaceID != "" {
-		want, err := discovery.CanonicalID(o.InterfaceID)
-		if err != nil {
-			return fmt.Errorf("interface ID %q: %w", o.InterfaceID, err)
+	if len(o.InterfaceIDs) > 0 {
+		want := make([]string, len(o.InterfaceIDs))
+		for i, id := range o.InterfaceIDs {
+			var err error
+			if want[i], err = discovery.CanonicalID(id); err != nil {
+				return fmt.Errorf("interface ID %q: %w", id, err)
+			}
 		}
-		if a.InterfaceID != want {
+		if !slices.Contains(want, a.InterfaceID) {
 			return fmt.Errorf("%w: %s is built for interface %s, but the region has interface %s: push a build for this region's FIM/interface or choose a region with interface %s",
-				program.ErrInterfaceMismatch, where, a.InterfaceID, want, a.InterfaceID)
+				program.ErrInterfaceMismatch, where, a.InterfaceID, strings.Join(want, " or "), a.InterfaceID)
 		}
 	}
 	if o.AFUID != "" {

@@ -70,9 +70,10 @@ type FetchOptions struct {
 	// AFUID, when set, must be the bitstream's AFU ID
 	// (program.ErrInvalidBitstream otherwise).
 	AFUID string
-	// InterfaceID, when set, must be the bitstream's interface ID
-	// (program.ErrInterfaceMismatch otherwise): pass the region's.
-	InterfaceID string
+	// InterfaceIDs, when set, must include the bitstream's interface ID
+	// (program.ErrInterfaceMismatch otherwise): pass the ones the region
+	// accepts (discovery.Card.Interfaces).
+	InterfaceIDs []string
 	// SHA256, when set (64 hex digits, optionally "sha256:"), must be the
 	// digest of the bitstream file, that is of the layer
 	// (program.ErrChecksumMismatch otherwise).

@@ -48,7 +48,7 @@ func TestPushFetch(t *testing.T) {
 
 	p := newPuller(t, r, "", nil)
 	ctx := t.Context()
-	f, err := p.Fetch(ctx, pushed.Reference, FetchOptions{Holder: "claim-a", AFUID: testAFU, InterfaceID: testIf})
+	f, err := p.Fetch(ctx, pushed.Reference, FetchOptions{Holder: "claim-a", AFUID: testAFU, InterfaceIDs: []string{testIf}})
 	if err != nil {
 		t.Fatalf("Fetch() error = %v", err)
 	}
@@ -162,7 +162,7 @@ func TestFetchRefuses(t *testing.T) {
 			edit: func(o *PullerOptions) { o.MaxLayerSize = 100 }, sentinels: []error{ErrTooLarge, program.ErrInvalidBitstream},
 			substr: []string{"more than the 100-byte cap", "--" + FlagMaxLayerSize}},
 		{name: "interface of another region", ref: func() string { return pushed.Reference },
-			opts: FetchOptions{InterfaceID: testIf2}, sentinels: []error{program.ErrInterfaceMismatch},
+			opts: FetchOptions{InterfaceIDs: []string{testIf2}}, sentinels: []error{program.ErrInterfaceMismatch},
 			substr: []string{"built for interface " + testIf, "region has interface " + testIf2}},
 		{name: "another AFU", ref: func() string { return pushed.Reference },
 			opts: FetchOptions{AFUID: testAFU2}, sentinels: []error{program.ErrInvalidBitstream}, substr: []string{"not the requested afuID " + testAFU2}},
@@ -190,6 +190,11 @@ func TestFetchRefuses(t *testing.T) {
 	p := newPuller(t, r, "", nil)
 	if _, err := p.Fetch(t.Context(), pushed.Reference, FetchOptions{SHA256: "sha256:" + strings.TrimPrefix(pushed.LayerDigest, "sha256:")}); err != nil {
 		t.Errorf("Fetch(matching sha256 pin) error = %v", err)
+	}
+	// A region that accepts several interfaces (an Alveo shell) takes a
+	// build for any of them.
+	if _, err := p.Fetch(t.Context(), pushed.Reference, FetchOptions{InterfaceIDs: []string{testIf2, testIf}}); err != nil {
+		t.Errorf("Fetch(for a region of interfaces %s and %s) error = %v", testIf2, testIf, err)
 	}
 }
 
