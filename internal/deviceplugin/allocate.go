@@ -85,6 +85,9 @@ func (p *Plugin) allocateContainer(ctx context.Context, r *resourceServer, ids [
 	if err := p.releaseReissued(ctx, r.fullName, reqs); err != nil {
 		return nil, status.Errorf(codes.Internal, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
 	}
+	if err := p.notReachedByStaleNumbers(r.fullName, h.UID, reqs, devs); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
+	}
 	if err := p.sameKubeletIDs(r.fullName, reqs); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "allocate %s devices %s: %v", r.fullName, strings.Join(ids, ","), err)
 	}
@@ -231,6 +234,24 @@ func (p *Plugin) sameKubeletIDs(fullName string, reqs []state.DeviceRequest) err
 		for _, rq := range reqs {
 			if d.Device == rq.Device && len(d.Requests) > 0 && !slices.Equal(d.Requests, rq.Requests) {
 				return fmt.Errorf("port %s was allocated as %v and is %v now (the cards were re-enumerated): the container given %v may still run; it is released once the kubelet lists no container with it", rq.Device, d.Requests, rq.Requests, d.Requests)
+			}
+		}
+	}
+	return nil
+}
+
+// notReachedByStaleNumbers refuses a port that a running container of
+// another holder may reach by a device number it was given before the
+// cards were enumerated anew (holds.reachedByStaleNumber): the kubelet,
+// which knows only IDs, sees the port free under its new ID or under
+// another resource. It runs after releaseReissued, which releases the
+// holds whose containers the kubelet says have ended.
+func (p *Plugin) notReachedByStaleNumbers(fullName string, uid types.UID, reqs []state.DeviceRequest, devs *discovery.Result) error {
+	h := currentHolds(p.cfg.State, devs)
+	for _, rq := range reqs {
+		for _, id := range rq.Requests {
+			if rh, ok := h.reachedByStaleNumber(fullName, id, rq.Device); ok && rh.UID != uid {
+				return fmt.Errorf("port %s has a device number that a running container of %s was given for another port before the cards were enumerated anew: that container may still reach it; it is released once the kubelet lists no container with it", rq.Device, rh)
 			}
 		}
 	}

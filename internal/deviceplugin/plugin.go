@@ -79,6 +79,11 @@ type Plugin struct {
 	wg      sync.WaitGroup
 	// kick asks the sync loop for a pass.
 	kick chan struct{}
+	// recheck asks for the devices' availability to be computed again:
+	// the state released a hold or noted stale device numbers.
+	recheck chan struct{}
+	// advertising serialises advertise.
+	advertising sync.Mutex
 
 	mu      sync.Mutex
 	devices *discovery.Result
@@ -127,8 +132,34 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		kick:    make(chan struct{}, 1),
+		recheck: make(chan struct{}, 1),
 		servers: map[string]*resourceServer{},
 	}
+	// Holds released and stale numbers noted outside a discovery change
+	// (the stale-hold releaser, a background spec rewrite) change which
+	// devices are healthy: the kubelet never allocates a device last
+	// reported unhealthy.
+	unsubscribe := cfg.State.Subscribe(func() {
+		select {
+		case p.recheck <- struct{}{}:
+		default:
+		}
+	})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer unsubscribe()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.recheck:
+				if res := p.Devices(); res != nil {
+					p.advertise(ctx, res)
+				}
+			}
+		}
+	}()
 	p.watcher = &discovery.Watcher{
 		Scanner:  cfg.Scanner,
 		Interval: cfg.RefreshInterval,
@@ -197,9 +228,11 @@ func (p *Plugin) Serves(fullName string) bool {
 
 // Releasable reports whether the stale releaser may release a hold made
 // for resource on devices (DRA device names) while the endpoint serves
-// (StaleReleaser.Only): when the endpoint does not serve resource, or no
-// longer offers every one of devices under it (a port's AFU changed), no
-// Allocate can be recording such a hold, nor supersede it.
+// (StaleReleaser.Only): when the endpoint does not serve resource, no
+// longer offers every one of devices under it (a port's AFU changed), or
+// no longer offers them under the kubelet IDs the hold recorded (the
+// cards were enumerated anew), no Allocate can be recording such a hold,
+// nor supersede it, nor hand its IDs out again for its ports.
 func (p *Plugin) Releasable(resource string, devices []string) bool {
 	p.mu.Lock()
 	r := p.servers[resource]
@@ -207,13 +240,29 @@ func (p *Plugin) Releasable(resource string, devices []string) bool {
 	if r == nil {
 		return true
 	}
+	// The hold's record: the one holder of its first device.
+	var rec state.ClaimRecord
+	if len(devices) > 0 {
+		rec, _ = p.cfg.State.Claim(p.cfg.State.Holders()[devices[0]])
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	offers := func(d *device, name string) bool {
+		return slices.ContainsFunc(d.ports, func(p *discovery.Port) bool { return p.DeviceName() == name })
+	}
 	for _, name := range devices {
-		if !slices.ContainsFunc(r.devices, func(d *device) bool {
-			return slices.ContainsFunc(d.ports, func(p *discovery.Port) bool { return p.DeviceName() == name })
-		}) {
+		if !slices.ContainsFunc(r.devices, func(d *device) bool { return offers(d, name) }) {
 			return true
+		}
+	}
+	if rec.Name != resource {
+		return false
+	}
+	for _, d := range rec.Devices {
+		for _, id := range d.Requests {
+			if dev := r.byID[id]; dev == nil || !offers(dev, d.Device) {
+				return true
+			}
 		}
 	}
 	return false
@@ -229,11 +278,33 @@ func (p *Plugin) poke() {
 func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 	logger := klog.FromContext(ctx)
 	res.Report(logger, p.cfg.Scanner.Root)
-	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, p.cfg.State.Holders(), legacyResources(p.cfg.State))
-	for _, err := range errs {
-		logger.Error(err, "FPGA device is not advertised")
+	p.advertise(ctx, res)
+	if err := p.cfg.State.RefreshSpecs(res); err != nil {
+		logger.Error(err, "Rewriting CDI specs after the devices changed failed")
 	}
+	// The rewrite notes stale device numbers (renumbered cards): the
+	// ports they reach now are no longer free.
+	p.advertise(ctx, res)
+	p.poke()
+}
+
+// advertise sets the resources and their devices from res and the holds
+// in the state now.
+func (p *Plugin) advertise(ctx context.Context, res *discovery.Result) {
+	logger := klog.FromContext(ctx)
+	p.advertising.Lock()
+	defer p.advertising.Unlock()
+	if cur := p.Devices(); cur != nil && cur != res && res.Started.Before(cur.Started) {
+		return // a recheck of a result the watcher has replaced since
+	}
+	inv, errs := inventory(res, p.cfg.Mode, p.cfg.Domain, currentHolds(p.cfg.State, res))
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.devices != res {
+		for _, err := range errs {
+			logger.Error(err, "FPGA device is not advertised")
+		}
+	}
 	p.devices = res
 	for name, rsrc := range inv {
 		r := p.servers[name]
@@ -252,9 +323,4 @@ func (p *Plugin) onDevicesChanged(ctx context.Context, res *discovery.Result) {
 			p.retired = append(p.retired, r)
 		}
 	}
-	p.mu.Unlock()
-	if err := p.cfg.State.RefreshSpecs(res); err != nil {
-		logger.Error(err, "Rewriting CDI specs after the devices changed failed")
-	}
-	p.poke()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -176,24 +177,28 @@ func TestHealthStreamed(t *testing.T) {
 	if got := next(); len(got) != 1 || got[0].Health != pluginapi.Healthy {
 		t.Fatalf("first list %v, want dfl-port.0 healthy", got)
 	}
-	_, port, err := n.sim.Port("dfl-port.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.sim.SetPortErrors(port, "0x1"); err != nil {
-		t.Fatal(err)
-	}
-	n.plugin.RefreshDevices()
+	setPortErrors(t, n, "dfl-port.0", "0x1")
 	if got := next(); len(got) != 1 || got[0].ID != "dfl-port.0" || got[0].Health != pluginapi.Unhealthy {
 		t.Fatalf("after a port error: %v, want dfl-port.0 unhealthy", got)
 	}
-	if err := n.sim.SetPortErrors(port, "0x0"); err != nil {
-		t.Fatal(err)
-	}
-	n.plugin.RefreshDevices()
+	setPortErrors(t, n, "dfl-port.0", "0x0")
 	if got := next(); len(got) != 1 || got[0].Health != pluginapi.Healthy {
 		t.Fatalf("after clearing the error: %v, want dfl-port.0 healthy", got)
 	}
+}
+
+// setPortErrors writes value into the error register of the port whose
+// node is name and has the endpoint read the devices again.
+func setPortErrors(t *testing.T, n *testNode, name, value string) {
+	t.Helper()
+	_, port, err := n.sim.Port(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sim.SetPortErrors(port, value); err != nil {
+		t.Fatal(err)
+	}
+	n.plugin.RefreshDevices()
 }
 
 // TestKubeletRestart: the kubelet deletes every socket in the directory
@@ -352,4 +357,57 @@ func dirNames(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// TestPreferredAllocationSkipsUnavailable: GetPreferredAllocation never
+// proposes a device that cannot be allocated when another one can: one
+// the endpoint has reported unhealthy (the kubelet may ask before it read
+// the update), and one whose port a DRA-side holder (a claim, an admin's
+// programming) took after the device list was sent. The kubelet takes a
+// full preferred answer as it is, and an Allocate the endpoint refuses
+// fails the pod for good.
+func TestPreferredAllocationSkipsUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, n *testNode, next func() []*pluginapi.Device)
+	}{
+		{
+			name: "unhealthy",
+			make: func(t *testing.T, n *testNode, next func() []*pluginapi.Device) {
+				setPortErrors(t, n, "dfl-port.0", "0x1")
+				if got := next(); len(got) != 2 || got[0].ID != "dfl-port.0" || got[0].Health != pluginapi.Unhealthy {
+					t.Fatalf("after a port error: %v, want dfl-port.0 unhealthy", got)
+				}
+			},
+		},
+		{
+			name: "held by a claim",
+			make: func(t *testing.T, n *testNode, _ func() []*pluginapi.Device) {
+				claim := state.Holder{UID: "0e7f4a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", Namespace: "default", Name: "claim-1"}
+				if _, err := n.state.Prepare(context.Background(), claim, []state.DeviceRequest{{Device: "fpga-0000-01-00-0-p0"}}, n.plugin.Devices()); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 1, PortsPerCard: 2, AFUIDs: []string{simnode.DefaultAFUID}}})
+			c := n.client(t, n.kubelet.waitRegistrations(t, 1)[intelDomain+"/"+fixtureAF0])
+			next := watch(t, c)
+			if got := next(); len(got) != 2 {
+				t.Fatalf("first list %v, want two devices", got)
+			}
+			tc.make(t, n, next)
+			resp, err := c.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+				AvailableDeviceIDs: []string{"dfl-port.0", "dfl-port.1"},
+				AllocationSize:     1,
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{"dfl-port.1"}) {
+				t.Fatalf("preferred %v, want [dfl-port.1]: dfl-port.0 cannot be allocated", got)
+			}
+		})
+	}
 }

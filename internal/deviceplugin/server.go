@@ -147,12 +147,30 @@ func (r *resourceServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStre
 
 // GetPreferredAllocation implements pluginapi.DevicePluginServer.
 func (r *resourceServer) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	p := r.plugin
+	p.mu.Lock()
+	res := p.devices
+	p.mu.Unlock()
 	r.mu.Lock()
 	devs := r.byID
 	r.mu.Unlock()
+	// Only devices an Allocate would take now are proposed: the kubelet
+	// may ask before it read the latest list, and holds change between
+	// lists (a claim, an admin's programming). A full answer is used as
+	// it is, and a refused Allocate fails the pod.
+	h := currentHolds(p.cfg.State, res)
+	usable := func(id string) bool {
+		d := devs[id]
+		if d == nil {
+			return true // unknown: preferred puts it last
+		}
+		ok, _ := health(r.fullName, d.id, d.ports, h)
+		return ok
+	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, c := range req.ContainerRequests {
-		ids := preferred(devs, c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
+		available := slices.DeleteFunc(slices.Clone(c.AvailableDeviceIDs), func(id string) bool { return !usable(id) })
+		ids := preferred(devs, available, c.MustIncludeDeviceIDs, int(c.AllocationSize))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil

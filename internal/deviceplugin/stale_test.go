@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
@@ -398,5 +399,42 @@ func TestReleaseStaleAllocatedMeanwhile(t *testing.T) {
 	pass("first list after the last Allocate")
 	if got, err := r.Pass(ctx, devs); err != nil || !slices.Equal(got, []types.UID{h0}) {
 		t.Fatalf("second list after the last Allocate: released %v (%v), want %s", got, err, h0)
+	}
+}
+
+// TestReleasedHoldAdvertisedHealthyAgain: a port an earlier mode's
+// container holds is advertised unhealthy under the resource it is in now;
+// once the stale-hold releaser has released that hold (no container has
+// the port any more), ListAndWatch reports the port healthy again. The
+// kubelet never allocates a device it was last told is unhealthy, so
+// without that report the port stays unusable until some unrelated
+// change of the node's devices.
+func TestReleasedHoldAdvertisedHealthyAgain(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const p0 = "fpga-0000-01-00-0-p0"
+	// The port carried AFU 0 when a container got it; it carries AFU 1 now.
+	old := state.Holder{UID: "deviceplugin-af-" + p0, Namespace: deviceplugin.LegacyNamespace, Name: intelDomain + "/" + fixtureAF0}
+	n := startNode(t, nodeOptions{
+		sim:  simnode.Options{Cards: 1, PortsPerCard: 1, AFUIDs: []string{simnode.SecondAFUID}},
+		mode: deviceplugin.ModeAF,
+		before: func(st *state.State, res *discovery.Result, _ *simnode.Node) {
+			if _, err := st.Prepare(context.Background(), old, []state.DeviceRequest{{Device: p0, Requests: []string{"dfl-port.0"}}}, res); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	next := watch(t, n.client(t, n.kubelet.waitRegistrations(t, 1)[intelDomain+"/"+fixtureAF1]))
+	if got := next(); len(got) != 1 || got[0].Health != pluginapi.Unhealthy {
+		t.Fatalf("first list %v, want dfl-port.0 unhealthy (the old mode's container holds it)", got)
+	}
+	// The daemon's releaser, as it runs beside the endpoint.
+	pr := &podResources{}
+	_, client := servePodResources(t, n.dir, pr)
+	r := &deviceplugin.StaleReleaser{State: n.state, Pods: client, Only: n.plugin.Releasable}
+	if got := twoPasses(ctx, t, r, n.plugin.Devices()); !slices.Equal(got, []types.UID{old.UID}) {
+		t.Fatalf("released %v, want %s", got, old.UID)
+	}
+	if got := next(); len(got) != 1 || got[0].ID != "dfl-port.0" || got[0].Health != pluginapi.Healthy {
+		t.Fatalf("after the old hold was released: %v, want dfl-port.0 healthy", got)
 	}
 }

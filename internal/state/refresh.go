@@ -155,6 +155,7 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 		if s.cfg.OnRenumbered != nil {
 			s.cfg.OnRenumbered()
 		}
+		s.notify()
 	}
 	return err
 }

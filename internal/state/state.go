@@ -264,6 +264,11 @@ type State struct {
 
 	// journal group-commits the checkpoint.
 	journal journal
+	// listeners run when holds were released or stale device numbers
+	// noted (Subscribe).
+	listenMu  sync.Mutex
+	listeners map[int]func()
+	nextID    int
 	// damaged is why the checkpoint was found damaged at start ("" when it
 	// was not): Restore then takes CDI specs as evidence of holds and
 	// deletes none.
@@ -405,6 +410,41 @@ func (s *State) forgetVersion(uid types.UID) {
 // CheckpointSyncs returns how many times the checkpoint was flushed to
 // the disk since New.
 func (s *State) CheckpointSyncs() uint64 { return s.journal.syncs.Load() }
+
+// Subscribe makes f run whenever a holder was released or stale device
+// numbers were noted for one: which devices another holder may take
+// changed, outside any prepare of that holder (the legacy endpoint
+// advertises such devices healthy or not). f runs without the State's
+// lock, in the goroutine that made the change: it must return at once.
+// The returned function ends the subscription.
+func (s *State) Subscribe(f func()) (cancel func()) {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	if s.listeners == nil {
+		s.listeners = map[int]func(){}
+	}
+	id := s.nextID
+	s.nextID++
+	s.listeners[id] = f
+	return func() {
+		s.listenMu.Lock()
+		defer s.listenMu.Unlock()
+		delete(s.listeners, id)
+	}
+}
+
+// notify runs the Subscribe listeners. Callers must not hold mu.
+func (s *State) notify() {
+	s.listenMu.Lock()
+	fs := make([]func(), 0, len(s.listeners))
+	for _, f := range s.listeners {
+		fs = append(fs, f)
+	}
+	s.listenMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
 
 // step runs Config.OnStep.
 func (s *State) step(step Step, holder types.UID) {

@@ -199,7 +199,6 @@ func (s *State) runRelease(rel *op) {
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.releasing, uid)
 	delete(s.ops, uid)
 	if err == nil {
@@ -209,4 +208,8 @@ func (s *State) runRelease(rel *op) {
 	rel.err = err
 	close(rel.done)
 	s.journal.wake()
+	s.mu.Unlock()
+	if err == nil {
+		s.notify()
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -57,8 +59,9 @@ func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device 
 }
 
 // ContainerNodes returns the nodes a container using port gets
-// (port.Nodes), or an error when one is not an absolute path or is one of
-// the card's management nodes (the FME, /dev/xclmgmt*): a discovery bug
+// (port.Nodes), or an error when one is not an absolute path, is one of
+// the card's management nodes (the FME, /dev/xclmgmt*), or is named as a
+// management node of any card (managementName): a discovery bug
 // must never hand a management node to a container. Every path that gives
 // a container a port's nodes (CDI specs, the device-plugin endpoint's
 // Allocate) takes them from here.
@@ -74,6 +77,10 @@ func ContainerNodes(card *discovery.Card, port *discovery.Port) ([]discovery.Dev
 				return nil, fmt.Errorf("device %s: node %s (%d:%d) is the card's management node %s (%d:%d): refusing to hand it to a container",
 					name, node.Path, node.Major, node.Minor, m.Path, m.Major, m.Minor)
 			}
+		}
+		if managementName(node.Path) {
+			return nil, fmt.Errorf("device %s: node %s (%d:%d) is named as a management node (an FME, /dev/xclmgmt*, or an XRT management function's /dev/xfpga/*.m<instance>): refusing to hand it to a container",
+				name, node.Path, node.Major, node.Minor)
 		}
 	}
 	return nodes, nil
@@ -92,4 +99,27 @@ func (d Device) validate() error {
 		return errors.New("device was not built by NewDevice")
 	}
 	return nil
+}
+
+// managementName reports whether path names a management node of any
+// card, whichever card it belongs to: an Intel FME (dfl-fme.N,
+// intel-fpga-fme.N), an XRT management function's /dev/xclmgmt<N>, or one
+// of its /dev/xfpga nodes, which carry ".m<instance>" where a user
+// function's carry ".u<instance>".
+func managementName(path string) bool {
+	base := filepath.Base(path)
+	switch {
+	case strings.HasPrefix(base, "dfl-fme."), strings.HasPrefix(base, "intel-fpga-fme."), strings.HasPrefix(base, "xclmgmt"):
+		return true
+	case filepath.Dir(path) != "/dev/xfpga":
+		return false
+	}
+	for part := range strings.SplitSeq(base, ".") {
+		if len(part) > 1 && part[0] == 'm' {
+			if _, err := strconv.ParseUint(part[1:], 10, 31); err == nil {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -262,6 +262,14 @@ func (r *Repository) cleanName(name string) (string, error) {
 	if clean == "." {
 		return "", fmt.Errorf("bitstream name %q names the repository %s itself: give a file name", name, r.dir)
 	}
+	// The index skips entries whose name starts with "." (temporary files
+	// of an install in progress among them): a name may not reach them.
+	for part := range strings.SplitSeq(clean, string(filepath.Separator)) {
+		if strings.HasPrefix(part, ".") {
+			return "", fmt.Errorf("%w: bitstream name %q has an element starting with \".\" (%q), which the repository %s skips (hidden or temporary files): name a bitstream file",
+				ErrNotFound, name, part, r.dir)
+		}
+	}
 	return clean, nil
 }
 

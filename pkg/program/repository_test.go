@@ -449,3 +449,33 @@ func TestSwapAfterFindStaysInTheRepository(t *testing.T) {
 		t.Fatalf("read %q (%v) from %s, outside the repository %s; want it refused", payload, err, evil, dir)
 	}
 }
+
+// TestRepositoryFindByNameSkipsHiddenEntries: an entry whose name starts
+// with "." is no bitstream of the repository (the index skips it), so a
+// claim cannot name it either: above all the temporary file of an install
+// in progress, or one a crash left behind, whose GBS header parses while
+// its payload is cut short.
+func TestRepositoryFindByNameSkipsHiddenEntries(t *testing.T) {
+	dir := t.TempDir()
+	whole := gbsFile(t, testIf, testAFU, 4096)
+	writeFile(t, dir, testIf+"/"+testAFU+".gbs", whole)
+	writeFile(t, dir, testIf+"/."+testAFU+".gbs.123456.tmp", whole[:len(whole)-2048])
+	writeFile(t, dir, ".staging/next.gbs", whole)
+	r := newTestRepository(t, dir)
+	if got, want := names(r.List()), []string{testIf + "/" + testAFU + ".gbs"}; !slices.Equal(got, want) {
+		t.Fatalf("List = %q, want %q", got, want)
+	}
+	for _, name := range []string{testIf + "/." + testAFU + ".gbs.123456.tmp", ".staging/next.gbs", "./.staging/next.gbs"} {
+		b, err := r.FindByName(name, "")
+		if err == nil {
+			t.Errorf("FindByName(%q) = %s (%d payload bytes), want it refused: the index skips hidden entries", name, b.Path, b.PayloadSize)
+			continue
+		}
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("FindByName(%q) error %q does not match ErrNotFound", name, err)
+		}
+	}
+	if _, err := r.FindByName("./"+testIf+"/"+testAFU+".gbs", testIf); err != nil {
+		t.Errorf("FindByName of the installed file: %v", err)
+	}
+}

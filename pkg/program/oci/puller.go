@@ -262,6 +262,12 @@ func (p *Puller) Fetch(ctx context.Context, reference string, o FetchOptions) (*
 	}
 	added := p.cache.hold(holder, a.Layer.Digest)
 	bs, layerCached, err := p.layer(ctx, ref, a, where)
+	if err == nil {
+		// The file may come from the cache or from a pull another
+		// manifest naming the same layer started: check it against what
+		// this caller's manifest declares.
+		err = checkHeader(where, a.Annotations, bs)
+	}
 	if holder != o.Holder || (err != nil && added) {
 		p.cache.unhold(holder, a.Layer.Digest)
 	}
@@ -389,24 +395,40 @@ func (p *Puller) layer(ctx context.Context, ref v1alpha1.BitstreamRef, a *artifa
 }
 
 // verifyCached checks a cached file again: its content against the layer
-// digest, its header against the annotations.
+// digest, and that it is a usable bitstream.
+//
+// It does not check the header against a's annotations: the file is
+// intact (its digest says so) whatever a manifest naming it declares, and a
+// manifest that lies about it must not get it removed from the cache that
+// other claims' manifests share. Fetch checks every caller's annotations.
 func (p *Puller) verifyCached(where string, a *artifact, path string) (*program.Bitstream, error) {
 	if err := p.cache.verify(a.Layer.Digest, a.Layer.Size); err != nil {
 		return nil, err
 	}
-	return openLayer(where, a, path, p.openOpts)
+	return openBlob(where, a, path, p.openOpts)
 }
 
 // openLayer opens the file at path, whose content is a's verified layer,
 // checks its header against a's annotations and sets its SHA256 to the
 // layer's digest.
 func openLayer(where string, a *artifact, path string, opts []program.OpenOption) (*program.Bitstream, error) {
-	bs, err := program.Open(path, opts...)
+	bs, err := openBlob(where, a, path, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%s: the file in its layer is not a usable bitstream: %w", where, err)
+		return nil, err
 	}
 	if err := checkHeader(where, a.Annotations, bs); err != nil {
 		return nil, err
+	}
+	return bs, nil
+}
+
+// openBlob opens the file at path, whose content is a's verified layer,
+// and sets its SHA256 to the layer's digest; it does not look at a's
+// annotations.
+func openBlob(where string, a *artifact, path string, opts []program.OpenOption) (*program.Bitstream, error) {
+	bs, err := program.Open(path, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: the file in its layer is not a usable bitstream: %w", where, err)
 	}
 	bs.SHA256 = a.Layer.Digest.Encoded()
 	return bs, nil

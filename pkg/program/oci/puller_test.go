@@ -324,3 +324,34 @@ func TestFetchConcurrentSameDigestPullsOnce(t *testing.T) {
 		t.Errorf("holders = %v, want the 8 claims", hs)
 	}
 }
+
+// TestFetchLyingManifestKeepsCachedBlob: a manifest whose annotations
+// disagree with the header of a layer the cache already holds (another
+// publisher's manifest naming the same layer) is refused, and refusing it
+// leaves the cached file, which its digest proves intact, to the claims
+// that hold it: a lie in one manifest is no corruption of the blob.
+func TestFetchLyingManifestKeepsCachedBlob(t *testing.T) {
+	r := registrytest.Start(t, registrytest.Config{})
+	c := newClient(t, registryOptions(r))
+	gbs := gbsBytes(t, testIf, testAFU, 512)
+	honest := pushCrafted(t, c, r, "accel/nlb0", gbs, nil)
+	liar := pushCrafted(t, c, r, "accel/liar", gbs, func(m *ocispec.Manifest) { m.Annotations[AnnotationAFUID] = testAFU2 })
+	p := newPuller(t, r, "", nil)
+	ctx := t.Context()
+	f, err := p.Fetch(ctx, honest, FetchOptions{Holder: "claim-a", AFUID: testAFU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Fetch(ctx, liar, FetchOptions{Holder: "claim-b", AFUID: testAFU2})
+	wantError(t, err, []error{ErrAnnotationMismatch, program.ErrInvalidBitstream})
+	if _, err := f.Bitstream.ReadPayload(f.Bitstream.SHA256); err != nil {
+		t.Errorf("claim-a's cached bitstream after a lying manifest's fetch: ReadPayload error = %v, want it still there", err)
+	}
+	if s := p.Stats(); s.CorruptBlobs != 0 || s.Pulls != 1 {
+		t.Errorf("Stats() = %+v, want no corrupt blob and 1 pull: the blob was intact", s)
+	}
+	r.Stop()
+	if f2, err := p.Fetch(ctx, honest, FetchOptions{Holder: "claim-c", AFUID: testAFU}); err != nil || !f2.FromCache {
+		t.Errorf("Fetch(honest) with the registry down after the lying manifest = %+v, %v; want the cached copy", f2, err)
+	}
+}
