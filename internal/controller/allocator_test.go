@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,6 +15,8 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
+	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
@@ -283,6 +286,51 @@ func TestClassesSelectAnyInterfaceOfTheShell(t *testing.T) {
 			case want == nil:
 			case got == nil || !slices.Equal(got.devices, want):
 				t.Fatalf("allocated %+v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestClassesSelectWhatTheShellAccepts: the classes select a card by
+// exactly the interfaces its region accepts (discovery.Card.Interfaces):
+// not by an all-zero entry of the shell's list, which the node refuses to
+// load a bitstream for, and by every usable one up to the fourth, however
+// often the shell repeats an earlier one. The scheduler's allocator
+// decides, against what the node publishes.
+func TestClassesSelectWhatTheShellAccepts(t *testing.T) {
+	const zero, fourth = "00000000000000000000000000000000", "44444444444444444444444444444444"
+	tn := testnode.New(t, testnode.Options{Sim: simnode.Options{Alveo: []string{"u55c"}}})
+	ids := []string{simnode.U55CInterfaceID, zero, simnode.U55CInterfaceID, simnode.U55CSecondInterfaceID, fourth}
+	if err := tn.Sim.SetAlveoStatus(tn.Sim.Alveo[0], "interface_uuids", strings.Join(ids, "\n")); err != nil {
+		t.Fatal(err)
+	}
+	res := tn.Devices(t)
+	var card *discovery.Card
+	for _, c := range res.Cards {
+		if c.Driver == discovery.DriverXRT {
+			card = c
+		}
+	}
+	if card == nil || !card.Ports[0].Health.Healthy {
+		t.Fatalf("fixture: want a healthy U55C, got %+v", card)
+	}
+	dev := []string{card.Ports[0].DeviceName()}
+	classes := classesFor(t, nil, []*v1alpha1.FpgaRegion{
+		fpgaRegion("zero", zero), fpgaRegion("second", simnode.U55CSecondInterfaceID), fpgaRegion("fourth", fourth),
+	})
+	published := publishedSlices(t, tn.Sim, res, testNode, true)
+	for class, want := range map[string][]string{"zero": nil, "second": dev, "fourth": dev} {
+		t.Run(class, func(t *testing.T) {
+			id := map[string]string{"zero": zero, "second": simnode.U55CSecondInterfaceID, "fourth": fourth}[class]
+			if accepts := card.Accepts(id); accepts != (want != nil) {
+				t.Fatalf("fixture: the node accepts %s: %v", id, accepts)
+			}
+			got := allocate(t, published, classes, nil, exactClaim(class))
+			switch {
+			case want == nil && got != nil:
+				t.Fatalf("allocated %v for interface %s, which the node refuses to load", got.devices, id)
+			case want != nil && (got == nil || !slices.Equal(got.devices, want)):
+				t.Fatalf("allocated %+v for interface %s, which the node loads; want %v", got, id, want)
 			}
 		})
 	}

@@ -98,7 +98,7 @@ func (b *Binder) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return nil // stopping
 	}
-	b.adoptRecorded()
+	b.adoptRecorded(ctx)
 	logger.Info("Programming claims before binding", "selector", selector)
 	// Several workers: a release waits for programming that cannot be
 	// stopped, and must not hold up the node's other claims.
@@ -112,10 +112,26 @@ func (b *Binder) Run(ctx context.Context) error {
 // binding, as seen with the UID its record has: one deleted (or deleted
 // and created again) while no daemon ran, which no informer event names
 // any more and no kubelet will unprepare, is then released by sync like
-// one deleted while the daemon runs.
-func (b *Binder) adoptRecorded() {
+// one deleted while the daemon runs. A claim recorded as started (its
+// programming before binding failed, or the daemon ended while it ran)
+// holds its regions as well; the record does not say whether the Binder
+// or the kubelet started it, so it is adopted only when the claim is gone
+// from the API server (a kubelet's claim that is gone is unprepared by
+// nobody else either, and a release of it is no loss).
+func (b *Binder) adoptRecorded(ctx context.Context) {
 	for _, rec := range b.Claims.State.Records() {
-		if rec.Phase != state.PhaseProgrammed {
+		switch rec.Phase {
+		case state.PhaseProgrammed:
+		case state.PhaseStarted:
+			cur, err := b.Client.ResourceV1().ResourceClaims(rec.Namespace).Get(ctx, rec.Name, metav1.GetOptions{})
+			if err == nil && cur.UID == types.UID(rec.UID) {
+				continue // it exists: the informer names it if it is the Binder's
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				klog.FromContext(ctx).Error(err, "Looking up a claim recorded as started failed; its regions stay held", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
+				continue
+			}
+		default:
 			continue
 		}
 		name := cache.ObjectName{Namespace: rec.Namespace, Name: rec.Name}

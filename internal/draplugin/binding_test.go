@@ -1000,3 +1000,112 @@ func TestProgrammedHoldOfClaimGoneWhileDown(t *testing.T) {
 		t.Errorf("%s is held by %s after the Binder started, want it free", dev0, h)
 	}
 }
+
+// TestStartedHoldOfClaimGoneWhileDown: a claim whose programming before
+// binding failed (or was cut short by the daemon's end) keeps its record
+// at PhaseStarted, holding its region; deleted while no daemon ran, it is
+// released when the Binder starts, as one programmed is: no informer
+// event names it any more and no kubelet will unprepare it (the kubelet
+// never prepared it). A started record of a claim that still exists and
+// is not the Binder's (a kubelet's failed prepare) stays.
+func TestStartedHoldOfClaimGoneWhileDown(t *testing.T) {
+	gone := state.Holder{UID: "uid-failed-then-deleted-while-down", Namespace: "default", Name: "failed-then-deleted"}
+	kubelets := state.Holder{UID: "uid-kubelet-prepare-failed", Namespace: "default", Name: "kubelet-prepare-failed"}
+	bn := startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 2},
+		api: func(c *fake.Clientset, _ *apiServer) {
+			// The kubelet's claim exists, allocated without binding
+			// conditions: no label routes it to the Binder.
+			if err := c.Tracker().Add(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: kubelets.Namespace, Name: kubelets.Name, UID: kubelets.UID}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		beforeBinder: func(n *testNode) {
+			for _, tc := range []struct {
+				h    state.Holder
+				dev  string
+				opts []state.PrepareOption
+			}{{gone, dev0, []state.PrepareOption{state.BeforeBinding()}}, {kubelets, dev1, nil}} {
+				n.Programmer.FailNext(fmt.Errorf("injected PR error"))
+				req := []state.DeviceRequest{{Device: tc.dev, Requests: []string{"fpga-0"}, Config: &v1alpha1.FpgaConfig{AFUID: NewAFU}}}
+				if _, err := n.State.Prepare(context.Background(), tc.h, req, n.driver.Devices(), tc.opts...); err == nil {
+					t.Fatal("programming did not fail")
+				}
+				if rec, _ := n.State.Claim(tc.h.UID); rec.Phase != state.PhaseStarted {
+					t.Fatalf("%s is %q before the Binder starts, want %s", tc.h.UID, rec.Phase, state.PhaseStarted)
+				}
+			}
+		}})
+	bn.released.wait(t, gone.UID)
+	if h, held := bn.State.Holders()[dev0]; held {
+		t.Errorf("%s is held by %s after the Binder started, want it free", dev0, h)
+	}
+	if h := bn.State.Holders()[dev1]; h != kubelets.UID {
+		t.Errorf("%s is held by %q, want the kubelet's claim %s still", dev1, h, kubelets.UID)
+	}
+}
+
+// waitAFU waits until the driver's devices show afu loaded on the
+// simulated node's first port.
+func waitAFU(t testing.TB, n *testNode, afu string) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		changed := n.driver.DevicesChanged()
+		if _, p, ok := n.driver.Devices().FindPort(dev0); ok && p.AFUID == afu {
+			return
+		}
+		n.driver.RefreshDevices()
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("the driver never read AFU %s on %s", afu, dev0)
+		}
+	}
+}
+
+// TestKubeletProgrammingAfterBindingReported: a region found carrying the
+// function before binding ("AlreadyLoaded": no bitstream in the status)
+// that lost it before the kubelet's prepare is programmed by that prepare;
+// the claim's status then says what was loaded, from which file and when,
+// not that the region carried the function already.
+func TestKubeletProgrammingAfterBindingReported(t *testing.T) {
+	bn := startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 2}})
+	if err := bn.sim.SetAFUID(bn.sim.Cards[0].Ports[0], NewAFU); err != nil {
+		t.Fatal(err)
+	}
+	waitAFU(t, bn.testNode, NewAFU)
+	c := bn.claim(t, []string{dev0}, fpgaConfig(t, v1alpha1.FpgaConfig{AFUID: NewAFU}))
+	got := bn.waitClaim(t, c, settled(dev0))
+	if cond := condition(got, dev0, conditionProgrammed); cond.Status != metav1.ConditionTrue || cond.Reason != "AlreadyLoaded" {
+		t.Fatalf("condition %s: %+v, want True, AlreadyLoaded", conditionProgrammed, cond)
+	}
+	if data := deviceData(t, got, dev0); data.Bitstream != "" || data.ProgrammedAt != nil {
+		t.Fatalf("device data before binding %+v, want no bitstream (the region carried the function)", data)
+	}
+	if calls := bn.Programmer.TotalCalls(); calls != 0 {
+		t.Fatalf("programmed %d times before binding, want none", calls)
+	}
+
+	// The region loses the function (reset outside the driver) before
+	// the pod's kubelet prepares the claim: that prepare programs it.
+	if err := bn.sim.SetAFUID(bn.sim.Cards[0].Ports[0], simnode.SecondAFUID); err != nil {
+		t.Fatal(err)
+	}
+	waitAFU(t, bn.testNode, simnode.SecondAFUID)
+	pn := &preparingNode{testNode: bn.testNode}
+	if r := pn.prepare(t, bn.draClient(t), c); r.Error != "" || len(r.Devices) != 1 {
+		t.Fatalf("kubelet's prepare: %+v", r)
+	}
+	if calls := bn.Programmer.TotalCalls(); calls != 1 {
+		t.Fatalf("the kubelet's prepare programmed %d times, want once", calls)
+	}
+	obj, err := bn.client.Tracker().Get(claimsResource, c.Namespace, c.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bitstream := filepath.Join(bn.RepoDir, "accel.gbs")
+	data := deviceData(t, obj.(*resourceapi.ResourceClaim), dev0)
+	if data.AFUID != NewAFU || data.Bitstream != bitstream || data.SHA256 != fileSHA256(t, bitstream) || data.ProgrammedAt == nil {
+		t.Fatalf("device data after the kubelet's prepare programmed %s: %+v, want AFU %s from %s, with its sha256 and when", dev0, data, NewAFU, bitstream)
+	}
+}

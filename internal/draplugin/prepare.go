@@ -165,8 +165,11 @@ func (c *Claims) writeReady(ctx context.Context, claim *resourceapi.ResourceClai
 			conditions: []metav1.Condition{condition(ConditionReady, metav1.ConditionTrue, "Prepared", "the device is prepared for the claim's containers")},
 		}
 		// A device programmed before binding has the binding worker's
-		// data, with how long programming took and when; it stays.
-		if !slices.ContainsFunc(bound, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.Device }) {
+		// data, with how long programming took and when; it stays,
+		// unless this prepare programmed the region again (it lost what
+		// was loaded before binding): then that data is no longer true.
+		reprogrammed := slices.ContainsFunc(out.Programmed, func(p state.Programming) bool { return p.Device == d.Device && p.Err == nil })
+		if reprogrammed || !slices.ContainsFunc(bound, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.Device }) {
 			e.data = deviceData(c.State, rec, d.Device, devs)
 		}
 		entries = append(entries, e)

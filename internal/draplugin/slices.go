@@ -119,8 +119,11 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 	}
 	// An attribute the kernel did not report is left out, never published
 	// empty: a selector that tests it then fails instead of matching "".
+	// So is one longer than a slice holds (a broken attribute): the API
+	// server would refuse the whole slice, and every device of the node
+	// with it.
 	for name, a := range attrs {
-		if a.StringValue != nil && *a.StringValue == "" {
+		if a.StringValue != nil && (*a.StringValue == "" || len(*a.StringValue) > resourceapi.DeviceAttributeMaxValueLength) {
 			delete(attrs, name)
 		}
 	}
@@ -182,20 +185,25 @@ func TaintValue(h discovery.Health) string {
 
 // Resources is what the driver publishes for a node: one pool named after
 // the node, one slice (up to the API's limit of devices a slice, more slices
-// beyond that), or no pool at all when there is no device.
+// beyond that), or no pool at all when there is no device. The limit is
+// lower (ResourceSliceMaxDevicesWithAdvancedFeatures) while a device
+// carries a taint: the API server refuses a larger slice then.
 func Resources(nodeName string, devices []resourceapi.Device) resourceslice.DriverResources {
-	const perSlice = resourceapi.ResourceSliceMaxDevices
-	var slices []resourceslice.Slice
+	perSlice := resourceapi.ResourceSliceMaxDevices
+	if slices.ContainsFunc(devices, func(d resourceapi.Device) bool { return len(d.Taints) > 0 }) {
+		perSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+	}
+	var out []resourceslice.Slice
 	for len(devices) > 0 {
 		n := min(len(devices), perSlice)
-		slices = append(slices, resourceslice.Slice{Devices: devices[:n]})
+		out = append(out, resourceslice.Slice{Devices: devices[:n]})
 		devices = devices[n:]
 	}
-	if slices == nil {
+	if out == nil {
 		// Nothing to offer: publish no pool, which removes stale slices.
 		return resourceslice.DriverResources{}
 	}
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{nodeName: {Slices: slices}}}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{nodeName: {Slices: out}}}
 }
 
 // SliceObjects renders what Resources publishes as ResourceSlice objects,

@@ -232,8 +232,17 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 		// Load checks the format against the card's family, then the
 		// interface: a file of the other family is a format mismatch.
 		bs, err = s.cfg.Repository.FindByName(cfg.Bitstream, "")
-		if err == nil && bs.AFUID != cfg.AFUID {
+		switch {
+		case err != nil:
+		case bs.AFUID != cfg.AFUID:
 			err = fmt.Errorf("%w: bitstream %s carries AFU %s, not the config's afuID %s", program.ErrInvalidBitstream, cfg.Bitstream, bs.AFUID, cfg.AFUID)
+		case cfg.InterfaceID != "" && bs.InterfaceID != cfg.InterfaceID && card.Accepts(bs.InterfaceID):
+			// A region that accepts several interfaces takes a file
+			// built for another of them; the config's interfaceID says
+			// which, as a lookup by IDs or in a registry does. (A file
+			// the region does not accept at all is Load's to refuse,
+			// its format first.)
+			err = fmt.Errorf("%w: bitstream %s is built for interface %s, but the config asks for interface %s: name a build for %s or drop interfaceID from the config", program.ErrInterfaceMismatch, cfg.Bitstream, bs.InterfaceID, cfg.InterfaceID, cfg.InterfaceID)
 		}
 	} else {
 		bs, err = s.cfg.Repository.FindFor(interfaces, cfg.AFUID)

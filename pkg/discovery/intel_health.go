@@ -109,14 +109,15 @@ func checkNode(h *Health, n DevNode) {
 	}
 }
 
-// errorValue reads an error register such as "0x0"; a missing or malformed
-// attribute reads as zero (older kernels lack some of them).
+// errorValue reads an error register such as "0x0" (in any case); a
+// missing or malformed attribute reads as zero (older kernels lack some of
+// them).
 func errorValue(d sysDir, name string) uint64 {
 	s, err := d.read(name)
 	if err != nil {
 		return 0
 	}
-	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, 64)
 	if err != nil {
 		return 0
 	}

@@ -400,8 +400,22 @@ func (w *walker) read(p *cardPlan) {
 		if a.PCIAddress != b.PCIAddress {
 			return a.PCIAddress < b.PCIAddress
 		}
-		return a.ID < b.ID
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return a.Node.Name < b.Node.Name
 	})
+	// Two ports of one function with one id would be one device name: the
+	// API server refuses a slice that has a name twice.
+	kept := p.card.Ports[:0]
+	for _, port := range p.card.Ports {
+		if k := len(kept); k > 0 && kept[k-1].PCIAddress == port.PCIAddress && kept[k-1].ID == port.ID {
+			p.portErrs = append(p.portErrs, fmt.Errorf("port %s: id %d on %s is %s's too: both would be device %s", port.Node.SysfsPath, port.ID, port.PCIAddress, kept[k-1].Node.Name, port.DeviceName()))
+			continue
+		}
+		kept = append(kept, port)
+	}
+	p.card.Ports = kept
 	intelAttributes(p.card)
 }
 
@@ -567,6 +581,9 @@ func (w *walker) devNode(d sysDir) (DevNode, error) {
 	if err != nil {
 		return DevNode{}, fmt.Errorf("read %s/dev: %w", d.path, err)
 	}
+	if err := ownsNumber(w.root, d.path, major, minor); err != nil {
+		return DevNode{}, fmt.Errorf("%s/dev: %w", d.path, err)
+	}
 	return DevNode{
 		Name:      name,
 		SysfsPath: d.path,
@@ -575,6 +592,36 @@ func (w *walker) devNode(d sysDir) (DevNode, error) {
 		Major:     major,
 		Minor:     minor,
 	}, nil
+}
+
+// ownsNumber checks that the character device number major:minor is the
+// device whose sysfs directory is dir, as /sys/dev/char/<major:minor>, the
+// kernel's link from a number to its device, says: a dev attribute (or a
+// /dev node) naming another device's number, another card's FME or port,
+// must never make that device's node one a container gets.
+func ownsNumber(root, dir string, major, minor uint32) error {
+	owner, err := charDevOwner(root, major, minor)
+	if err != nil {
+		return err
+	}
+	if owner != dir {
+		return fmt.Errorf("number %d:%d is not this device's but %s's (sys/dev/char/%d:%d)", major, minor, owner, major, minor)
+	}
+	return nil
+}
+
+// charDevOwner returns the sysfs directory, below root, of the device
+// that has the character device number major:minor.
+func charDevOwner(root string, major, minor uint32) (string, error) {
+	link := filepath.Join(root, "sys/dev/char", fmt.Sprintf("%d:%d", major, minor))
+	target, err := readlinkAt(unix.AT_FDCWD, link)
+	if err != nil {
+		return "", fmt.Errorf("number %d:%d belongs to no device: %w", major, minor, err)
+	}
+	if filepath.IsAbs(target) {
+		return filepath.Join(root, target), nil
+	}
+	return filepath.Join(filepath.Dir(link), target), nil
 }
 
 func readlinkAt(dirfd int, name string) (string, error) {

@@ -554,6 +554,15 @@ func TestRescanReadsRecreatedDevice(t *testing.T) {
 	if err := os.CopyFS(dir, os.DirFS(moved)); err != nil {
 		t.Fatal(err)
 	}
+	// The kernel links the new number to its device.
+	link := filepath.Join(n.Root, "sys/dev/char/511:99")
+	rel, err := filepath.Rel(filepath.Dir(link), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(rel, link); err != nil {
+		t.Fatal(err)
+	}
 	res, err = s.Scan()
 	if err != nil {
 		t.Fatal(err)

@@ -205,6 +205,16 @@ func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *tracker) (*Ca
 		if err != nil {
 			continue // gone since the listing; the next scan sees it
 		}
+		// The name says whose node it is; its number says whose it is
+		// (a symlink to, or a copy of, a management node is not the
+		// user PF's).
+		owner, err := charDevOwner(root, node.Major, node.Minor)
+		if err == nil && !strings.HasPrefix(owner, x.user+"/") {
+			err = fmt.Errorf("its number %d:%d is %s's, not the user PF's", node.Major, node.Minor, owner)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("card %s: user node %s: %w", x.bdf, node.Path, err)
+		}
 		p.ExtraNodes = append(p.ExtraNodes, node)
 	}
 	c.Ports = []*Port{p}
@@ -330,6 +340,9 @@ func (xrtFamily) renderNode(root string, d sysDir) (DevNode, error) {
 	}
 	major, minor, err := parseMajorMinor(mm)
 	if err != nil {
+		return DevNode{}, fmt.Errorf("render node %s: %w", n, err)
+	}
+	if err := ownsNumber(root, d.path+"/drm/"+n, major, minor); err != nil {
 		return DevNode{}, fmt.Errorf("render node %s: %w", n, err)
 	}
 	return DevNode{Name: n, SysfsPath: d.path, Path: "/dev/dri/" + n, HostPath: filepath.Join(root, "dev/dri", n), Major: major, Minor: minor}, nil

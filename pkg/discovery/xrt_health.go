@@ -66,8 +66,15 @@ func xrtCheck(c *Card, p *Port, d, mgmt sysDir) {
 			attrs = append(attrs, a)
 		}
 	}
-	for i, id := range c.InterfaceIDs[min(1, len(c.InterfaceIDs)):min(MaxInterfaceIDs, len(c.InterfaceIDs))] {
-		attrs = append(attrs, Attribute{Name: fmt.Sprintf("interfaceID%d", i+2), Value: id})
+	// The further attributes are the further interfaces the region
+	// accepts (Interfaces): an unusable (all-f, all-zero) or repeated
+	// entry of the shell's list is none, and must neither make a class
+	// select the card nor push a usable one out of the published four.
+	if c.InterfaceID != "" {
+		ids := c.Interfaces()[1:]
+		for i, id := range ids[:min(MaxInterfaceIDs-1, len(ids))] {
+			attrs = append(attrs, Attribute{Name: fmt.Sprintf("interfaceID%d", i+2), Value: id})
+		}
 	}
 	c.Attributes = attrs
 	p.AFUID = ""
