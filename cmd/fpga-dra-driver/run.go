@@ -341,6 +341,11 @@ func run(ctx context.Context, f runFlags) error {
 	defer cancel()
 	defer func() { <-ctlDone }()
 	unregister()
+	// A call the servers were still handling (an Allocate, a kubelet's
+	// prepare, a control request, the stale-hold releaser's release)
+	// that has not reached the State yet is refused from here on; the
+	// ones that have are waited for below.
+	st.state.Drain()
 	// Discovery and the published slices stay current while programming
 	// ends, but not past the kubelet's wipe of the driver's slices (when
 	// no other instance registered): a slice put back after it would

@@ -168,6 +168,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, state.ErrInProgress):
 		return http.StatusGatewayTimeout
+	case errors.Is(err, state.ErrDraining):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

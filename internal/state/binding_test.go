@@ -349,3 +349,48 @@ func TestProgramHeldOneJobPerRegion(t *testing.T) {
 		t.Fatal("the cancelled programming succeeded")
 	}
 }
+
+// TestDrainTakesNoMoreWork: once a stopping daemon drains its State, a
+// prepare, an unprepare and a programming of a held port that begin
+// afterwards change nothing and fail with ErrDraining (the caller's retry
+// reaches the next instance), while the programming that began before
+// runs on and WaitIdle waits for it: nothing is written once WaitIdle has
+// returned and the next instance may take over.
+func TestDrainTakesNoMoreWork(t *testing.T) {
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	sim := &program.SimProgrammer{Gate: gate, OnStart: func(*discovery.Card, *discovery.Port) { started <- struct{}{} }}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 3}, Programmer: sim, PrepareWait: time.Millisecond})
+	devs := n.Devices(t)
+	ports := devs.Ports()
+	ctx := context.Background()
+	held := holder("held")
+	if _, err := n.State.Prepare(ctx, held, request(ports[2].DeviceName(), nil), devs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.Prepare(ctx, holder("a"), request(ports[0].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs, state.BeforeBinding()); !errors.Is(err, state.ErrInProgress) {
+		t.Fatalf("prepare with programming held at the gate: %v, want in progress", err)
+	}
+	<-started
+	before := n.State.Records()
+	n.State.Drain()
+	if _, err := n.State.Prepare(ctx, holder("b"), request(ports[1].DeviceName(), nil), devs); !errors.Is(err, state.ErrDraining) {
+		t.Errorf("prepare while draining: %v, want ErrDraining", err)
+	}
+	if err := n.State.Unprepare(ctx, held.UID); !errors.Is(err, state.ErrDraining) {
+		t.Errorf("unprepare while draining: %v, want ErrDraining", err)
+	}
+	if _, err := n.State.ProgramHeld(ctx, held.UID, ports[2].DeviceName(), simnode.DefaultInterfaceID, testnode.NewAFU, devs); !errors.Is(err, state.ErrDraining) {
+		t.Errorf("programming a held port while draining: %v, want ErrDraining", err)
+	}
+	if h := n.State.Holders(); h[ports[1].DeviceName()] != "" || h[ports[2].DeviceName()] != held.UID {
+		t.Errorf("holders after the refused calls: %v", h)
+	}
+	if got := n.State.Records(); len(got) != len(before) {
+		t.Errorf("records changed while draining: %d, then %d", len(before), len(got))
+	}
+	openGateWaitIdle(t, n, gate, ports[0].DeviceName())
+	if calls := sim.Calls(ports[2]); calls != 0 {
+		t.Errorf("the held port was programmed %d times while draining", calls)
+	}
+}

@@ -59,6 +59,9 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.drainingError("programming of "+device+" for", s.holderName(uid)); err != nil {
+		return nil, false, err
+	}
 	holder, held := s.holds[device]
 	rec := s.cp.Claims[string(uid)]
 	idx := -1

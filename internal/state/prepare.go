@@ -140,6 +140,9 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Result, o prepareOptions) (*op, *ClaimRecord, []*plan, []types.UID, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.drainingError("prepare of", h); err != nil {
+		return nil, nil, nil, nil, err
+	}
 	if s.releasing[h.UID] {
 		return nil, nil, nil, nil, fmt.Errorf("%w: claim %s is being unprepared; prepare it again once that has finished", ErrReleasing, h)
 	}

@@ -272,7 +272,7 @@ type refreshWork struct {
 // rewrites it. Caller holds mu.
 func (s *State) staleSpec(u types.UID) *refreshWork {
 	rec := s.cp.Claims[string(u)]
-	if s.ctx.Err() != nil || s.specDevs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops[u] != nil || s.releasing[u] || s.hasJobs(u) || !s.holdsRecord(u, rec) {
+	if s.ctx.Err() != nil || s.draining || s.specDevs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops[u] != nil || s.releasing[u] || s.hasJobs(u) || !s.holdsRecord(u, rec) {
 		return nil
 	}
 	sig, ok := nodesOf(s.specNodes, rec.Devices)

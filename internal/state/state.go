@@ -212,6 +212,9 @@ var (
 	ErrChanged = errors.New("holder changed")
 	// ErrNotHeld: a device is not prepared for the holder that asked.
 	ErrNotHeld = errors.New("device not prepared for this holder")
+	// ErrDraining: the State takes no more work (Drain); the caller's
+	// retry reaches the process that takes the node over.
+	ErrDraining = errors.New("the driver is stopping on this node")
 )
 
 // State is safe for concurrent use. Operations of distinct holders run in
@@ -264,6 +267,8 @@ type State struct {
 
 	// journal group-commits the checkpoint.
 	journal journal
+	// draining: the State takes no more work (Drain).
+	draining bool
 	// listeners run when holds were released or stale device numbers
 	// noted (Subscribe).
 	listenMu  sync.Mutex
@@ -410,6 +415,28 @@ func (s *State) forgetVersion(uid types.UID) {
 // CheckpointSyncs returns how many times the checkpoint was flushed to
 // the disk since New.
 func (s *State) CheckpointSyncs() uint64 { return s.journal.syncs.Load() }
+
+// Drain makes the State take no more work: every Prepare, Unprepare and
+// ProgramHeld that begins afterwards fails with ErrDraining, and no CDI
+// spec rewrite starts; what began before runs on, and WaitIdle waits for
+// it. A process that hands the node to another (a stopping daemon) calls
+// Drain once it stopped serving, then WaitIdle, before it releases the
+// state lock: a call its servers were still handling when they stopped
+// then changes nothing after the other process took over.
+func (s *State) Drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = true
+}
+
+// drainingError is ErrDraining for what of holder was asked, when the
+// State drains; nil otherwise. Caller holds mu.
+func (s *State) drainingError(what string, holder any) error {
+	if !s.draining {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %v refused; retry", ErrDraining, what, holder)
+}
 
 // Subscribe makes f run whenever a holder was released or stale device
 // numbers were noted for one: which devices another holder may take

@@ -73,6 +73,9 @@ func IfUnchanged(v Version) UnprepareOption {
 func (s *State) beginRelease(uid types.UID, call *announced, o unprepareOptions) (rel *op, pending []<-chan struct{}, known bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.drainingError("unprepare of", s.holderName(uid)); err != nil {
+		return nil, nil, false, err
+	}
 	cur := s.ops[uid]
 	if cur != nil && cur.release {
 		return cur, nil, true, nil
