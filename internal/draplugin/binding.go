@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
@@ -98,7 +100,9 @@ func (b *Binder) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return nil // stopping
 	}
-	b.adoptRecorded(ctx)
+	var adopting sync.WaitGroup
+	defer adopting.Wait() // ends with ctx
+	b.adoptRecorded(ctx, &adopting)
 	logger.Info("Programming claims before binding", "selector", selector)
 	// Several workers: a release waits for programming that cannot be
 	// stopped, and must not hold up the node's other claims.
@@ -117,19 +121,21 @@ func (b *Binder) Run(ctx context.Context) error {
 // holds its regions as well; the record does not say whether the Binder
 // or the kubelet started it, so it is adopted only when the claim is gone
 // from the API server (a kubelet's claim that is gone is unprepared by
-// nobody else either, and a release of it is no loss).
-func (b *Binder) adoptRecorded(ctx context.Context) {
+// nobody else either, and a release of it is no loss); a lookup that fails
+// is tried again in the background (releaseStartedWhenGone).
+func (b *Binder) adoptRecorded(ctx context.Context, retries *sync.WaitGroup) {
 	for _, rec := range b.Claims.State.Records() {
 		switch rec.Phase {
 		case state.PhaseProgrammed:
 		case state.PhaseStarted:
-			cur, err := b.Client.ResourceV1().ResourceClaims(rec.Namespace).Get(ctx, rec.Name, metav1.GetOptions{})
-			if err == nil && cur.UID == types.UID(rec.UID) {
-				continue // it exists: the informer names it if it is the Binder's
-			}
-			if err != nil && !apierrors.IsNotFound(err) {
-				klog.FromContext(ctx).Error(err, "Looking up a claim recorded as started failed; its regions stay held", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
+			gone, err := b.startedGone(ctx, rec)
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Looking up a claim recorded as started failed; retrying, its regions stay held meanwhile", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
+				retries.Go(func() { b.releaseStartedWhenGone(ctx, rec) })
 				continue
+			}
+			if !gone {
+				continue // it exists: the informer names it if it is the Binder's
 			}
 		default:
 			continue
@@ -142,6 +148,42 @@ func (b *Binder) adoptRecorded(ctx context.Context) {
 		b.mu.Unlock()
 		b.queue.Add(name)
 	}
+}
+
+// startedGone reports whether the claim of rec, a record at PhaseStarted,
+// is gone from the API server (deleted, or created again with another
+// UID).
+func (b *Binder) startedGone(ctx context.Context, rec state.ClaimRecord) (bool, error) {
+	cur, err := b.Client.ResourceV1().ResourceClaims(rec.Namespace).Get(ctx, rec.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return cur.UID != types.UID(rec.UID), nil
+}
+
+// releaseStartedWhenGone looks rec's claim up again, backing off, until the
+// API server answers, and releases rec's holder when its claim is gone: a
+// lookup that failed at start must not keep the regions held while the
+// daemon runs.
+func (b *Binder) releaseStartedWhenGone(ctx context.Context, rec state.ClaimRecord) {
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		gone, err := b.startedGone(ctx, rec)
+		if err != nil {
+			return false, nil
+		}
+		if !gone {
+			return true, nil
+		}
+		if err := b.release(ctx, types.UID(rec.UID)); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing a claim recorded as started, gone from the API server, failed; retrying", "uid", rec.UID)
+			return false, nil
+		}
+		return true, nil
+	})
 }
 
 // binderWorkers is how many claims a Binder works on at once; programming

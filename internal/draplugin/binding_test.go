@@ -1109,3 +1109,36 @@ func TestKubeletProgrammingAfterBindingReported(t *testing.T) {
 		t.Fatalf("device data after the kubelet's prepare programmed %s: %+v, want AFU %s from %s, with its sha256 and when", dev0, data, NewAFU, bitstream)
 	}
 }
+
+// TestStartedHoldLookupRetried: the Binder's start looks a claim recorded
+// as started up in the API server; a lookup that fails for a moment (the
+// API server is briefly unavailable) is tried again, and the claim, gone,
+// is released: a transient error must not keep its region held for as long
+// as the daemon runs.
+func TestStartedHoldLookupRetried(t *testing.T) {
+	gone := state.Holder{UID: "uid-failed-then-deleted-lookup-fails", Namespace: "default", Name: "failed-then-deleted"}
+	var failed atomic.Bool
+	bn := startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 2},
+		api: func(c *fake.Clientset, _ *apiServer) {
+			c.PrependReactor("get", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.(k8stesting.GetAction).GetName() != gone.Name || failed.Swap(true) {
+					return false, nil, nil
+				}
+				return true, nil, apierrors.NewServiceUnavailable("etcd leader election in progress")
+			})
+		},
+		beforeBinder: func(n *testNode) {
+			n.Programmer.FailNext(fmt.Errorf("injected PR error"))
+			req := []state.DeviceRequest{{Device: dev0, Requests: []string{"fpga-0"}, Config: &v1alpha1.FpgaConfig{AFUID: NewAFU}}}
+			if _, err := n.State.Prepare(context.Background(), gone, req, n.driver.Devices(), state.BeforeBinding()); err == nil {
+				t.Fatal("programming did not fail")
+			}
+		}})
+	bn.released.wait(t, gone.UID)
+	if !failed.Load() {
+		t.Fatal("the Binder never looked the started claim up")
+	}
+	if h, held := bn.State.Holders()[dev0]; held {
+		t.Errorf("%s is held by %s after the Binder started, want it free", dev0, h)
+	}
+}

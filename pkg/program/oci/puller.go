@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -126,6 +127,9 @@ type Puller struct {
 
 	flight    singleflight.Group
 	transient atomic.Int64
+	// onWait, when set, is called with the key of each shared pull a
+	// Fetch waits for (tests).
+	onWait func(key string)
 
 	pulls, pulledBytes, hits, corrupt atomic.Int64
 }
@@ -262,6 +266,12 @@ func (p *Puller) Fetch(ctx context.Context, reference string, o FetchOptions) (*
 	}
 	added := p.cache.hold(holder, a.Layer.Digest)
 	bs, layerCached, err := p.layer(ctx, ref, a, where)
+	if r := (*refusedFor)(nil); errors.As(err, &r) && r.manifest != a.Digest {
+		// This fetch joined a pull another manifest naming the layer
+		// started, refused for that manifest's annotations: pull it
+		// for this one's.
+		bs, layerCached, err = p.layer(ctx, ref, a, where)
+	}
 	if err == nil {
 		// The file may come from the cache or from a pull another
 		// manifest naming the same layer started: check it against what
@@ -371,7 +381,14 @@ func (p *Puller) layer(ctx context.Context, ref v1alpha1.BitstreamRef, a *artifa
 			p.cache.unreserve(a.Layer.Size)
 			return nil, err
 		}
-		bs, err := openLayer(where, a, tmp, p.openOpts)
+		bs, err := openBlob(where, a, tmp, p.openOpts)
+		if err == nil {
+			if err = checkHeader(where, a.Annotations, bs); err != nil {
+				// Fetches through other manifests that joined this
+				// pull are not refused for this one's annotations.
+				err = &refusedFor{manifest: a.Digest, err: err}
+			}
+		}
 		if err != nil {
 			os.Remove(tmp)
 			p.cache.unreserve(a.Layer.Size)
@@ -393,6 +410,16 @@ func (p *Puller) layer(ctx context.Context, ref v1alpha1.BitstreamRef, a *artifa
 	r := v.(result)
 	return r.bs, r.cached, nil
 }
+
+// refusedFor is a pulled layer's refusal for the annotations of manifest,
+// the one whose fetch started the pull.
+type refusedFor struct {
+	manifest digest.Digest
+	err      error
+}
+
+func (r *refusedFor) Error() string { return r.err.Error() }
+func (r *refusedFor) Unwrap() error { return r.err }
 
 // verifyCached checks a cached file again: its content against the layer
 // digest, and that it is a usable bitstream.
@@ -483,6 +510,9 @@ func (p *Puller) shared(ctx context.Context, key string, fn func(ctx context.Con
 		defer cancel()
 		return fn(work)
 	})
+	if p.onWait != nil {
+		p.onWait(key)
+	}
 	select {
 	case r := <-ch:
 		return r.Val, r.Err

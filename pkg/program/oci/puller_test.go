@@ -2,6 +2,7 @@ package oci
 
 import (
 	"errors"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -325,18 +326,26 @@ func TestFetchConcurrentSameDigestPullsOnce(t *testing.T) {
 	}
 }
 
+// lyingManifest starts a registry holding one GBS (AFU testAFU) under two
+// manifests: honest, whose annotations say what the file is, and liar,
+// whose annotations name testAFU2. It returns them with a puller of it.
+func lyingManifest(t *testing.T) (r *registrytest.Registry, p *Puller, honest, liar string) {
+	t.Helper()
+	r = registrytest.Start(t, registrytest.Config{})
+	c := newClient(t, registryOptions(r))
+	gbs := gbsBytes(t, testIf, testAFU, 512)
+	honest = pushCrafted(t, c, r, "accel/nlb0", gbs, nil)
+	liar = pushCrafted(t, c, r, "accel/liar", gbs, func(m *ocispec.Manifest) { m.Annotations[AnnotationAFUID] = testAFU2 })
+	return r, newPuller(t, r, "", nil), honest, liar
+}
+
 // TestFetchLyingManifestKeepsCachedBlob: a manifest whose annotations
 // disagree with the header of a layer the cache already holds (another
 // publisher's manifest naming the same layer) is refused, and refusing it
 // leaves the cached file, which its digest proves intact, to the claims
 // that hold it: a lie in one manifest is no corruption of the blob.
 func TestFetchLyingManifestKeepsCachedBlob(t *testing.T) {
-	r := registrytest.Start(t, registrytest.Config{})
-	c := newClient(t, registryOptions(r))
-	gbs := gbsBytes(t, testIf, testAFU, 512)
-	honest := pushCrafted(t, c, r, "accel/nlb0", gbs, nil)
-	liar := pushCrafted(t, c, r, "accel/liar", gbs, func(m *ocispec.Manifest) { m.Annotations[AnnotationAFUID] = testAFU2 })
-	p := newPuller(t, r, "", nil)
+	r, p, honest, liar := lyingManifest(t)
 	ctx := t.Context()
 	f, err := p.Fetch(ctx, honest, FetchOptions{Holder: "claim-a", AFUID: testAFU})
 	if err != nil {
@@ -353,5 +362,66 @@ func TestFetchLyingManifestKeepsCachedBlob(t *testing.T) {
 	r.Stop()
 	if f2, err := p.Fetch(ctx, honest, FetchOptions{Holder: "claim-c", AFUID: testAFU}); err != nil || !f2.FromCache {
 		t.Errorf("Fetch(honest) with the registry down after the lying manifest = %+v, %v; want the cached copy", f2, err)
+	}
+}
+
+// gatedBlobs holds every blob download until open is closed, and tells
+// started of the first.
+type gatedBlobs struct {
+	next    http.RoundTripper
+	started chan struct{}
+	once    sync.Once
+	open    chan struct{}
+}
+
+func (g *gatedBlobs) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.Contains(req.URL.Path, "/blobs/") {
+		g.once.Do(func() { close(g.started) })
+		<-g.open
+	}
+	return g.next.RoundTrip(req)
+}
+
+// TestSharedPullNotJudgedByStartersManifest: the pull of a layer is shared
+// by every Fetch naming its digest at the time, whatever manifest each
+// came through, and each Fetch checks its own manifest's annotations. A
+// lying manifest whose Fetch started the pull must not fail the honest
+// manifest's Fetch that joined it.
+func TestSharedPullNotJudgedByStartersManifest(t *testing.T) {
+	_, p, honest, liar := lyingManifest(t)
+	gate := &gatedBlobs{next: p.client.auth.Client.Transport, started: make(chan struct{}), open: make(chan struct{})}
+	p.client.auth.Client.Transport = gate
+	layerWaits := make(chan struct{}, 2)
+	p.onWait = func(key string) {
+		if strings.HasPrefix(key, "layer ") {
+			layerWaits <- struct{}{}
+		}
+	}
+	ctx := t.Context()
+	liarErr := make(chan error, 1)
+	go func() {
+		_, err := p.Fetch(ctx, liar, FetchOptions{Holder: "claim-b", AFUID: testAFU2})
+		liarErr <- err
+	}()
+	<-gate.started // the lying manifest's Fetch pulls the layer
+	<-layerWaits
+	type fetched struct {
+		f   *Fetched
+		err error
+	}
+	honestDone := make(chan fetched, 1)
+	go func() {
+		f, err := p.Fetch(ctx, honest, FetchOptions{Holder: "claim-a", AFUID: testAFU})
+		honestDone <- fetched{f, err}
+	}()
+	<-layerWaits // the honest Fetch joined the pull
+	close(gate.open)
+	wantError(t, <-liarErr, []error{ErrAnnotationMismatch, program.ErrInvalidBitstream})
+	got := <-honestDone
+	if got.err != nil {
+		t.Fatalf("Fetch(honest) that joined a lying manifest's pull: %v; want the bitstream", got.err)
+	}
+	if got.f.Bitstream.AFUID != testAFU {
+		t.Errorf("Fetch(honest) AFU %s, want %s", got.f.Bitstream.AFUID, testAFU)
 	}
 }
