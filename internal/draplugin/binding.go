@@ -100,9 +100,9 @@ func (b *Binder) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return nil // stopping
 	}
-	var adopting sync.WaitGroup
-	defer adopting.Wait() // ends with ctx
-	b.adoptRecorded(ctx, &adopting)
+	var started sync.WaitGroup
+	defer started.Wait() // ends with ctx
+	b.adoptRecorded(ctx, &started)
 	logger.Info("Programming claims before binding", "selector", selector)
 	// Several workers: a release waits for programming that cannot be
 	// stopped, and must not hold up the node's other claims.
@@ -121,22 +121,16 @@ func (b *Binder) Run(ctx context.Context) error {
 // holds its regions as well; the record does not say whether the Binder
 // or the kubelet started it, so it is adopted only when the claim is gone
 // from the API server (a kubelet's claim that is gone is unprepared by
-// nobody else either, and a release of it is no loss); a lookup that fails
-// is tried again in the background (releaseStartedWhenGone).
-func (b *Binder) adoptRecorded(ctx context.Context, retries *sync.WaitGroup) {
+// nobody else either, and a release of it is no loss), and released by its
+// UID, in the background (releaseStartedWhenGone), whatever other record
+// has its name.
+func (b *Binder) adoptRecorded(ctx context.Context, started *sync.WaitGroup) {
 	for _, rec := range b.Claims.State.Records() {
 		switch rec.Phase {
 		case state.PhaseProgrammed:
 		case state.PhaseStarted:
-			gone, err := b.startedGone(ctx, rec)
-			if err != nil {
-				klog.FromContext(ctx).Error(err, "Looking up a claim recorded as started failed; retrying, its regions stay held meanwhile", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
-				retries.Go(func() { b.releaseStartedWhenGone(ctx, rec) })
-				continue
-			}
-			if !gone {
-				continue // it exists: the informer names it if it is the Binder's
-			}
+			started.Go(func() { b.releaseStartedWhenGone(ctx, rec) })
+			continue
 		default:
 			continue
 		}
@@ -164,22 +158,24 @@ func (b *Binder) startedGone(ctx context.Context, rec state.ClaimRecord) (bool, 
 	return cur.UID != types.UID(rec.UID), nil
 }
 
-// releaseStartedWhenGone looks rec's claim up again, backing off, until the
-// API server answers, and releases rec's holder when its claim is gone: a
-// lookup that failed at start must not keep the regions held while the
-// daemon runs.
+// releaseStartedWhenGone looks rec's claim up, again with backoff until
+// the API server answers, and releases rec's holder when its claim is
+// gone: a lookup that fails for a moment must not keep the regions held
+// while the daemon runs.
 func (b *Binder) releaseStartedWhenGone(ctx context.Context, rec state.ClaimRecord) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
 	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
 	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
 		gone, err := b.startedGone(ctx, rec)
 		if err != nil {
+			logger.Error(err, "Looking up a claim recorded as started failed; retrying, its regions stay held meanwhile")
 			return false, nil
 		}
 		if !gone {
 			return true, nil
 		}
 		if err := b.release(ctx, types.UID(rec.UID)); err != nil {
-			klog.FromContext(ctx).Error(err, "Releasing a claim recorded as started, gone from the API server, failed; retrying", "uid", rec.UID)
+			logger.Error(err, "Releasing a claim recorded as started, gone from the API server, failed; retrying")
 			return false, nil
 		}
 		return true, nil
