@@ -421,8 +421,13 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 }
 
 // removeSupersededSpecs removes the CDI specs of holders a prepare
-// superseded, once their release is recorded.
+// superseded, once their release is recorded, and announces the devices
+// they held that the prepare does not (Subscribe).
 func (s *State) removeSupersededSpecs(logger klog.Logger, superseded []types.UID) {
+	if len(superseded) == 0 {
+		return
+	}
+	defer s.notify()
 	for _, other := range superseded {
 		if err := s.cfg.CDI.RemoveClaimSpec(string(other)); err != nil {
 			logger.Error(err, "Removing the CDI spec of a superseded holder failed; the next start removes it", "holder", other)
@@ -464,6 +469,15 @@ func (s *State) undoRecords(uids []types.UID) func(*Checkpoint) {
 // A success of a holder an Unprepare began to release meanwhile becomes
 // ErrReleasing: no caller is handed a hold a release is freeing.
 func (s *State) finish(op *op, out Outcome, err error) {
+	if s.settle(op, out, err) {
+		// What it reserved, and what an undo of its record freed, is
+		// free again: devices another holder may take now.
+		s.notify()
+	}
+}
+
+// settle is finish under mu; it reports whether the operation failed.
+func (s *State) settle(op *op, out Outcome, err error) (failed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil && !op.release && s.releasing[op.holder.UID] {
@@ -491,6 +505,7 @@ func (s *State) finish(op *op, out Outcome, err error) {
 			s.recheckSpec(op.holder.UID)
 		}
 	}
+	return err != nil
 }
 
 // await waits for a prepare operation, at most PrepareWait while it

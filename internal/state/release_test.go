@@ -450,3 +450,33 @@ func TestSupersededHolderLosesItsVersion(t *testing.T) {
 		t.Fatalf("superseded holder has Version %d, want 0", v)
 	}
 }
+
+// TestFailedPrepareAnnouncesFreedDevices: a prepare that fails before its
+// commit (its CDI spec cannot be written) frees the device it reserved, and
+// Subscribe's listeners hear of it, as they do of a release: the legacy
+// endpoint may have advertised the device unavailable meanwhile.
+func TestFailedPrepareAnnouncesFreedDevices(t *testing.T) {
+	n := testnode.New(t, testnode.Options{})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	heard := make(chan struct{}, 8)
+	defer n.State.Subscribe(func() { heard <- struct{}{} })()
+	// A file where the CDI spec directory was: no spec can be written.
+	if err := os.RemoveAll(n.CDIDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n.CDIDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.Prepare(context.Background(), holder("a"), request(dev, nil), devs); err == nil {
+		t.Fatal("prepare without a CDI spec directory succeeded")
+	}
+	if h, held := n.State.Holders()[dev]; held {
+		t.Fatalf("%s is held by %s after the failed prepare", dev, h)
+	}
+	select {
+	case <-heard:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device the failed prepare freed was never announced")
+	}
+}

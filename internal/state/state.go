@@ -438,12 +438,13 @@ func (s *State) drainingError(what string, holder any) error {
 	return fmt.Errorf("%w: %s %v refused; retry", ErrDraining, what, holder)
 }
 
-// Subscribe makes f run whenever a holder was released or stale device
-// numbers were noted for one: which devices another holder may take
-// changed, outside any prepare of that holder (the legacy endpoint
-// advertises such devices healthy or not). f runs without the State's
-// lock, in the goroutine that made the change: it must return at once.
-// The returned function ends the subscription.
+// Subscribe makes f run whenever a holder was released, a failed prepare
+// gave up devices it had reserved, a prepare superseded other holders, or
+// stale device numbers were noted for a holder: which devices another
+// holder may take changed (the legacy endpoint advertises such devices
+// healthy or not). f runs without the State's lock, in the goroutine that
+// made the change: it must return at once. The returned function ends the
+// subscription.
 func (s *State) Subscribe(f func()) (cancel func()) {
 	s.listenMu.Lock()
 	defer s.listenMu.Unlock()
