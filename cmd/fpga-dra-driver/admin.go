@@ -149,6 +149,7 @@ func newProgramCommand() *cobra.Command {
 		f                      adminFlags
 		port, file, repo, kind string
 		timeout                time.Duration
+		force                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "program --port PORT --bitstream FILE",
@@ -161,7 +162,7 @@ func newProgramCommand() *cobra.Command {
 			}
 			// The daemon only loads from its repository: put the file there
 			// (under its IDs; an identical copy is fine).
-			bs, err := program.Install(repo, file, false)
+			bs, err := program.Install(repo, file, force)
 			if err != nil {
 				return fmt.Errorf("put %s into the repository %s: %w", file, repo, err)
 			}
@@ -187,6 +188,7 @@ func newProgramCommand() *cobra.Command {
 	fs.StringVar(&port, "port", "", "the port: /dev/dfl-port.0, dfl-port.0 or its DRA device name")
 	fs.StringVar(&file, "bitstream", "", "a GBS, AOCX or xclbin file; it is installed into the repository first")
 	fs.StringVar(&repo, "bitstream-dir", program.DefaultRepositoryDir, "the daemon's bitstream repository")
+	fs.BoolVar(&force, "force", false, "replace another build of the same AFU installed in the repository")
 	fs.StringVar(&kind, "programmer", program.KindAuto, "backend when the daemon is not running: "+programmerUsage)
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
 	flagenv.Twins(fs, map[string]string{

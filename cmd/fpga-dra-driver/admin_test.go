@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -104,5 +105,38 @@ func TestAdminListAndProgram(t *testing.T) {
 				t.Fatal("programming an unknown port succeeded")
 			}
 		})
+	}
+}
+
+// TestAdminProgramNewBuildNamesAWorkingFix: programming a new build of an
+// AFU whose older build is in the repository is refused, and the refusal
+// names the fix; the fix it names must work with this command.
+func TestAdminProgramNewBuildNamesAWorkingFix(t *testing.T) {
+	a := startAdminNode(t, false)
+	if _, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", a.sample)...); err != nil {
+		t.Fatal(err)
+	}
+	payload, err := program.SimPayload(simnode.SampleAFUID, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := program.WriteGBS(&b, program.NewGBSMetadata(simnode.DefaultInterfaceID, simnode.SampleAFUID, "rebuilt"), payload); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := filepath.Join(t.TempDir(), "rebuilt.gbs")
+	if err := os.WriteFile(rebuilt, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", rebuilt)...)
+	if err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("programming another build: %v, want a refusal naming --force", err)
+	}
+	if _, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", rebuilt, "--force")...); err != nil {
+		t.Fatalf("the fix the refusal names fails: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(a.repo, simnode.DefaultInterfaceID, simnode.SampleAFUID+".gbs"))
+	if err != nil || !bytes.Equal(got, b.Bytes()) {
+		t.Fatalf("the repository does not hold the new build after --force (%v)", err)
 	}
 }

@@ -212,11 +212,15 @@ func regionRequests(env []string) ([]regionRequest, error) {
 }
 
 // containerPorts returns the node's FPGA ports the container was given, in
-// the order of its device list: a device matches a port by major:minor
-// when it has them, else by path.
+// the order of its device list: a character device matches a port by
+// major:minor when it has them, else by path. Device numbers are per type:
+// a block device (a raw-block volume) with a port's numbers is not it.
 func containerPorts(devices []ociDevice, node []control.Device) []control.Device {
 	var out []control.Device
 	for _, d := range devices {
+		if d.Type != "c" && d.Type != "u" {
+			continue
+		}
 		i := slices.IndexFunc(node, func(p control.Device) bool {
 			if d.Major != 0 || d.Minor != 0 {
 				return int64(p.Major) == d.Major && int64(p.Minor) == d.Minor

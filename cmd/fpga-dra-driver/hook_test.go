@@ -234,3 +234,42 @@ func FuzzRegionRequests(f *testing.F) {
 		}
 	})
 }
+
+// TestHookIgnoresBlockDeviceWithPortNumbers: device numbers are per type: a
+// block device the container was given (a raw-block volume, which any pod
+// may ask for) can carry the major:minor of a char FPGA port held by another
+// region-mode allocation. It is not that port: the hook must not have the
+// daemon program it for this container.
+func TestHookIgnoresBlockDeviceWithPortNumbers(t *testing.T) {
+	n := startHookNode(t)
+	_, p, err := n.sim.Port("dfl-port.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := map[string]any{
+		"ociVersion": "1.2.0",
+		"process":    map[string]any{"args": []string{"/app"}, "env": []string{"FPGA_REGION_0=" + simnode.DefaultInterfaceID, "FPGA_AFU_0=" + hookAFU}},
+		"linux": map[string]any{"devices": []map[string]any{
+			{"path": "/dev/xvda", "type": "b", "major": simnode.MajorDFLPort, "minor": p.Minor},
+		}},
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdin := fmt.Sprintf(`{"ociVersion":"1.2.0","id":"ctr-2","status":"creating","pid":4243,"bundle":%q}`, dir)
+	err = runHookCommand(t, n.socket, stdin)
+	if err == nil || !strings.Contains(err.Error(), "no FPGA port") {
+		t.Errorf("hook = %v, want an error saying the container has no FPGA port", err)
+	}
+	if got := n.prog.TotalCalls(); got != 0 {
+		t.Errorf("programmer called %d times for a container holding no port, want 0", got)
+	}
+	if got := n.afu(t, "dfl-port.0"); got != simnode.DefaultAFUID {
+		t.Errorf("dfl-port.0, held by another allocation, now carries %s", got)
+	}
+}

@@ -61,8 +61,13 @@ func installHook(dir string) (string, bool, error) {
 		return "", false, fmt.Errorf("--dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, hookBinaryName)
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return path, false, nil
+	// Up to date only when the bytes and the mode are this program's: the
+	// runtime runs the file as root, so a copy that is not executable, or
+	// that others may write, is replaced too.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() == 0o755 {
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+			return path, false, nil
+		}
 	}
 	if err := atomicfile.Write(path, data, atomicfile.Options{Perm: 0o755}); err != nil {
 		return "", false, fmt.Errorf("install the hook: %w", err)

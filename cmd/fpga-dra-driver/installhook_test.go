@@ -51,3 +51,31 @@ func TestInstallHook(t *testing.T) {
 		t.Fatalf("install-hook without --dir: %v", err)
 	}
 }
+
+// TestInstallHookRepairsMode: the runtime runs the hook as root on the
+// host. An installed copy with the right bytes but the wrong mode (not
+// executable: every region-mode container fails to start; writable by
+// anyone: any host user can replace what root runs) must be replaced, not
+// called up to date.
+func TestInstallHookRepairsMode(t *testing.T) {
+	for _, mode := range []os.FileMode{0o644, 0o777} {
+		dir := filepath.Join(t.TempDir(), "bin")
+		installed := filepath.Join(dir, hookBinaryName)
+		if _, _, err := installHook(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(installed, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := execute(t, newRootCommand(), "install-hook", "--dir", dir); err != nil {
+			t.Fatalf("install-hook over a %v copy: %v", mode, err)
+		}
+		fi, err := os.Stat(installed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o755 {
+			t.Errorf("an installed copy with mode %v is left with mode %v, want 0755", mode, fi.Mode().Perm())
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package program
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,8 +31,27 @@ func Install(dir, src string, force bool, opts ...OpenOption) (*Bitstream, error
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", src, err)
 	}
+	// What is written is what was parsed: a file replaced or still being
+	// written between the two reads is not installed under the IDs of
+	// another content.
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != bs.SHA256 {
+		return nil, fmt.Errorf("%s changed while it was read (sha256 %s, then %x): install it once it is complete", src, bs.SHA256, sum)
+	}
 	dest := filepath.Join(dir, bs.InterfaceID, bs.AFUID+"."+string(bs.Format))
-	if old, err := Open(dest, append(opts, WithDigest())...); err == nil {
+	// Nodes load a GBS before an AOCX of the same IDs (see preferEntry): an
+	// AOCX installed next to one would never be loaded. It replaces the GBS
+	// with force only.
+	var shadow string
+	if bs.Format == FormatAOCX {
+		gbs := filepath.Join(dir, bs.InterfaceID, bs.AFUID+"."+string(FormatGBS))
+		if other, err := Open(gbs, opts...); err == nil && other.InterfaceID == bs.InterfaceID && other.AFUID == bs.AFUID {
+			if !force {
+				return nil, fmt.Errorf("%w: %s holds a GBS build of AFU %s for interface %s, which nodes load before any AOCX of those IDs, so %s would never be loaded: pass --force to replace the GBS with it", ErrExists, gbs, bs.AFUID, bs.InterfaceID, src)
+			}
+			shadow = gbs
+		}
+	}
+	if old, err := Open(dest, append(opts, WithDigest())...); err == nil && shadow == "" {
 		if old.SHA256 == bs.SHA256 {
 			old.Name, _ = filepath.Rel(dir, dest)
 			return old, nil
@@ -46,6 +67,11 @@ func Install(dir, src string, force bool, opts ...OpenOption) (*Bitstream, error
 	}
 	if err := atomicfile.Write(dest, data, atomicfile.Options{Perm: 0o644}); err != nil {
 		return nil, fmt.Errorf("install %s: %w", src, err)
+	}
+	if shadow != "" {
+		if err := os.Remove(shadow); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("installed %s, but the GBS %s that nodes load instead could not be removed: %w: remove it", dest, shadow, err)
+		}
 	}
 	installed, err := Open(dest, append(opts, WithDigest())...)
 	if err != nil {

@@ -86,3 +86,30 @@ func TestInstallXclbin(t *testing.T) {
 		t.Fatalf("overwrite without force: %v", err)
 	}
 }
+
+// TestInstallAOCXShadowedByGBS: nodes load a GBS before an AOCX of the same
+// IDs. Installing an AOCX where a GBS of those IDs is installed must not
+// report success while every node keeps loading the GBS: it is refused
+// without force, and with force the AOCX is what the repository finds.
+func TestInstallAOCXShadowedByGBS(t *testing.T) {
+	const ifID, afu = "69528db6eb31577a8c3668f9faa081f6", "d8424dc4a4a3c413f89e433683f9040b"
+	repo, src := t.TempDir(), t.TempDir()
+	if _, err := Install(repo, writeFile(t, src, "old.gbs", gbsFile(t, ifID, afu, 64)), false); err != nil {
+		t.Fatal(err)
+	}
+	aocx := writeFile(t, src, "new.aocx", aocxFile(t, ifID, afu, 128))
+	if bs, err := Install(repo, aocx, false); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), afu+".gbs") {
+		t.Fatalf("installing an AOCX a GBS shadows: %v (installed %+v), want ErrExists naming the GBS", err, bs)
+	}
+	if _, err := Install(repo, aocx, true); err != nil {
+		t.Fatalf("with force: %v", err)
+	}
+	r, err := NewRepository(context.Background(), repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := r.Find(ifID, afu)
+	if err != nil || found.Format != FormatAOCX {
+		t.Fatalf("after a forced install of the AOCX the repository finds %+v (%v), want the AOCX", found, err)
+	}
+}
