@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -199,8 +200,18 @@ func newProgramCommand() *cobra.Command {
 }
 
 // programOffline programs a port without the daemon, refusing a port its
-// checkpoint says is held.
+// checkpoint says is held. It holds the daemon's state lock meanwhile: a
+// daemon that runs (its control socket did not answer this process) holds
+// it, and the programming is refused; one that starts meanwhile waits.
 func (f *adminFlags) programOffline(ctx context.Context, name string, bs *program.Bitstream, kind string) (control.ProgramResponse, error) {
+	path := filepath.Join(f.pluginDir, stateLockFile)
+	held, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lock, err := filelock.Acquire(held, path, func() { cancel(errors.New("the daemon holds it")) })
+	if err != nil {
+		return control.ProgramResponse{}, fmt.Errorf("the daemon runs on this node (%s: %w) but its control socket %s did not answer: ask it again, or stop it to program offline", path, err, f.controlSocket)
+	}
+	defer lock.Close()
 	res, holders, err := f.offline()
 	if err != nil {
 		return control.ProgramResponse{}, err

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
@@ -138,5 +139,34 @@ func TestAdminProgramNewBuildNamesAWorkingFix(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(a.repo, simnode.DefaultInterfaceID, simnode.SampleAFUID+".gbs"))
 	if err != nil || !bytes.Equal(got, b.Bytes()) {
 		t.Fatalf("the repository does not hold the new build after --force (%v)", err)
+	}
+}
+
+// TestAdminProgramOfflineRefusedWhileTheDaemonRuns: when the daemon's
+// control socket does not answer (gone, not reachable by this user, too
+// slow) but the daemon holds the node's state lock, programming offline
+// would race its own programming and holds: it is refused, naming the
+// socket, and nothing is programmed.
+func TestAdminProgramOfflineRefusedWhileTheDaemonRuns(t *testing.T) {
+	a := startAdminNode(t, false)
+	lock, err := filelock.Acquire(context.Background(), filepath.Join(a.plugin, stateLockFile), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(a.sim.Cards[0].Ports[0].SysfsPath, "afu_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", a.sample)...)
+	if err == nil || !strings.Contains(err.Error(), "control socket") {
+		t.Fatalf("programming offline while the daemon holds the state lock: %v, want a refusal naming the control socket", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(a.sim.Cards[0].Ports[0].SysfsPath, "afu_id")); !bytes.Equal(after, before) {
+		t.Errorf("afu_id changed from %q to %q", before, after)
+	}
+	// Once the daemon is gone, the same command programs offline.
+	lock.Close()
+	if _, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", a.sample)...); err != nil {
+		t.Fatal(err)
 	}
 }
