@@ -36,7 +36,22 @@ func Acquire(ctx context.Context, path string, waiting func()) (*os.File, error)
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return f, nil
+			// The file may have left the path while this waited on
+			// it (deleted or replaced): another process may hold the
+			// lock on the one there now.
+			same, serr := atPath(f, path)
+			switch {
+			case serr != nil:
+				f.Close()
+				return nil, fmt.Errorf("lock %s: %w", path, serr)
+			case same:
+				return f, nil
+			}
+			f.Close()
+			if f, err = os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600); err != nil {
+				return nil, fmt.Errorf("open lock file: %w", err)
+			}
+			continue
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
@@ -55,4 +70,20 @@ func Acquire(ctx context.Context, path string, waiting func()) (*os.File, error)
 		case <-t.C:
 		}
 	}
+}
+
+// atPath reports whether f is the file at path.
+func atPath(f *os.File, path string) (bool, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	cur, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(held, cur), nil
 }

@@ -82,3 +82,42 @@ func TestAnotherProcessWaitsUntilTheHolderEnds(t *testing.T) {
 		t.Fatalf("lock after the holder ended: %v", err)
 	}
 }
+
+// TestWaiterOnAReplacedFileWaitsForTheNewHolder: while one process holds
+// the lock and another waits on the same file, the lock file is deleted
+// and a third process takes the lock on the new file at the path. When
+// the first holder ends, the waiter must not take the lock on the file
+// no longer at the path: the third still holds the lock there.
+func TestWaiterOnAReplacedFileWaitsForTheNewHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.lock")
+	first, err := filelock.Acquire(context.Background(), path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bound, not a synchronisation: the waiter retries every
+	// filelock.Retry and must still be waiting when it ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*filelock.Retry)
+	defer cancel()
+	waiting := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		f, err := filelock.Acquire(ctx, path, func() { close(waiting) })
+		if err == nil {
+			f.Close()
+		}
+		got <- err
+	}()
+	<-waiting
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	third, err := filelock.Acquire(context.Background(), path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	first.Close()
+	if err := <-got; !errors.Is(err, filelock.ErrHeld) {
+		t.Fatalf("waiter once the first holder ended, while a third holds the lock file at the path: %v, want ErrHeld", err)
+	}
+}

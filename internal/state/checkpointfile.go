@@ -55,6 +55,8 @@ type CheckpointFile struct {
 	// (or WriteMode); nil before, or when off, and then aioOff says why.
 	aio    *aioWriter
 	aioOff error
+	// rename, when set, replaces os.Rename in rewrite (tests).
+	rename func(oldpath, newpath string) error
 }
 
 type slot struct {
@@ -175,7 +177,8 @@ func ReadCheckpoint(b []byte) (*Checkpoint, uint64, int64, error) {
 
 // OpenCheckpoint opens (creating it when missing) the checkpoint at path
 // and loads it. A damaged file is copied to path.corrupt-<time>, never
-// deleted, and rewritten from what ReadCheckpoint recovered; the returned
+// deleted, and rewritten at the first save (State's is Restore's, once
+// what it recovered is in the checkpoint); the returned
 // error then wraps ErrCorruptCheckpoint and the caller must treat the
 // checkpoint as possibly incomplete. A checkpoint of a newer driver is
 // left untouched and fails with ErrNewerCheckpoint; other errors are
@@ -208,15 +211,12 @@ func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
 	if werr := atomicfile.Write(aside, b, atomicfile.Options{Perm: 0o600}); werr != nil {
 		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v) and could not be kept aside: %w", path, err, werr)
 	}
+	// The damaged file stays in place until the first save rewrites it
+	// (slotSize 0): rewritten now, a kill before the caller recorded what
+	// it recovers elsewhere would leave a sound checkpoint without it.
 	cf := &CheckpointFile{path: path, gen: gen}
-	size := int64(minSlotSize)
-	if payload, perr := EncodeCheckpoint(cp); perr == nil {
-		for int64(len(payload)) > size-slotHeaderSize {
-			size *= 2
-		}
-	}
-	if werr := cf.rewrite(cp, size); werr != nil {
-		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v) and could not be rewritten: %w", path, err, werr)
+	if werr := cf.reopen(); werr != nil {
+		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v): %w", path, err, werr)
 	}
 	return cf, cp, fmt.Errorf("checkpoint %s: %w; the damaged file is kept as %s", path, err, aside)
 }
@@ -241,7 +241,7 @@ func (cf *CheckpointFile) start(cp *Checkpoint) (wait func() error, err error) {
 		return nil, err
 	}
 	if int64(len(payload)) > cf.slotSize-slotHeaderSize {
-		size := cf.slotSize
+		size := max(cf.slotSize, minSlotSize)
 		for int64(len(payload)) > size-slotHeaderSize {
 			size *= 2
 		}
@@ -361,10 +361,15 @@ func (cf *CheckpointFile) rewrite(cp *Checkpoint, size int64) error {
 	gen := cf.gen + 1
 	copy(buf[(gen%2)*uint64(size):], encodeSlot(gen, payload))
 	copy(buf[((gen+1)%2)*uint64(size):], encodeSlot(gen-1, payload))
-	if err := atomicfile.Write(cf.path, buf, atomicfile.Options{Perm: 0o600, NoSync: cf.noFlush}); err != nil {
+	if err := atomicfile.Write(cf.path, buf, atomicfile.Options{Perm: 0o600, NoSync: cf.noFlush, Rename: cf.rename}); err != nil {
+		// The new file may be in place already (its directory's fsync
+		// failed): the next save rewrites it, never writing the one
+		// open, which a restart may not read.
+		cf.slotSize = 0
 		return err
 	}
 	if err := cf.reopen(); err != nil {
+		cf.slotSize = 0
 		return err
 	}
 	cf.slotSize, cf.gen = size, gen

@@ -113,6 +113,10 @@ func TestCheckpointFileDamage(t *testing.T) {
 			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "last save may be lost") {
 				t.Fatalf("damaged newest slot: %v, want a loud warning", err)
 			}
+			// The damaged file stays until the first save rewrites it.
+			if err := cf.Save(got); err != nil {
+				t.Fatal(err)
+			}
 			cf.Close()
 			want := 2
 			if tc.older {
@@ -268,5 +272,44 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckpointFileGrowthFailingLate: a save that outgrows the slots
+// replaces the file and then fails (the directory's fsync fails after
+// the rename). The saves after it must reach the file that is in place,
+// not the replaced one, which a restart never reads.
+func TestCheckpointFileGrowthFailingLate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
+	cf, cp, err := OpenCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cf.Close()
+	cp.Claims[claimN(0).UID] = claimN(0)
+	if err := cf.Save(cp); err != nil {
+		t.Fatal(err)
+	}
+	cf.rename = func(oldpath, newpath string) error {
+		if err := os.Rename(oldpath, newpath); err != nil {
+			return err
+		}
+		return errors.New("fsync directory: input/output error")
+	}
+	for i := 0; i < 600; i++ { // past the first slot size
+		cp.Claims[claimN(i).UID] = claimN(i)
+	}
+	if err := cf.Save(cp); err == nil {
+		t.Fatal("a save whose rewrite failed reported success")
+	}
+	cf.rename = nil
+	cp = newCheckpoint()
+	cp.Claims[claimN(1000).UID] = claimN(1000)
+	if err := cf.Save(cp); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := OpenCheckpoint(path)
+	if err != nil || len(got.Claims) != 1 || got.Claims[claimN(1000).UID] == nil {
+		t.Fatalf("after a successful save of claim %s: %v, %d claims on the disk; the save went to a file no longer in place", claimN(1000).UID, err, len(got.Claims))
 	}
 }

@@ -130,6 +130,14 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 		unlock()
 		return func() error { return nil }
 	}
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle {
+		// The next instance may have taken the node over.
+		unlock()
+		return func() error { return fmt.Errorf("%w: the checkpoint is no longer written", ErrDraining) }
+	}
 	s.gather(queued)
 	j.lastBatch = j.waiting()
 	j.lastCalls = j.calls()

@@ -354,3 +354,43 @@ func TestProgramHeldIsDurable(t *testing.T) {
 		t.Errorf("record of %s after a restart: %+v, want AFU %s", l.UID, rec, testnode.NewAFU)
 	}
 }
+
+// TestWaitIdleWaitsForAFlush: a checkpoint flush in flight outside any
+// operation (an unprepare of an unknown claim making earlier changes
+// durable, after a flush failed) keeps WaitIdle from reporting idle: the
+// next instance must not take the node over while this one writes the
+// checkpoint file.
+func TestWaitIdleWaitsForAFlush(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+	devs := n.Devices(t)
+	ctx := context.Background()
+	state.BreakCheckpointWrites(n.State)
+	if _, err := n.State.Prepare(ctx, holder("a"), request(devs.Ports()[0].DeviceName(), nil), devs); err == nil {
+		t.Fatal("prepare answered while no checkpoint write succeeds")
+	}
+	if err := state.HealCheckpointWrites(n.State); err != nil {
+		t.Fatal(err)
+	}
+	flushing, release := make(chan struct{}), make(chan struct{})
+	state.SetOnFlush(n.State, func() {
+		close(flushing)
+		<-release
+	})
+	unprepared := make(chan error, 1)
+	go func() { unprepared <- n.State.Unprepare(ctx, holder("x").UID) }()
+	<-flushing
+	n.State.Drain()
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	err := n.State.WaitIdle(ended)
+	close(release)
+	if err == nil {
+		t.Error("WaitIdle reported idle while the checkpoint was being written")
+	}
+	if err := <-unprepared; err != nil {
+		t.Fatalf("unprepare of an unknown claim: %v", err)
+	}
+	if err := n.State.WaitIdle(ctx); err != nil {
+		t.Fatalf("WaitIdle once the flush ended: %v", err)
+	}
+}

@@ -467,3 +467,38 @@ func TestSpecNamingFewerDevicesFreesTheRest(t *testing.T) {
 	}
 	checkConsistent(t, r)
 }
+
+// TestDamageSurvivesAKillBeforeRecovery: the daemon that finds the
+// checkpoint damaged is killed before Restore recorded what it recovered
+// from the CDI specs. The start after must still see the damage: a
+// checkpoint that looks sound would have the lost claim's spec removed
+// and its device handed to another claim.
+func TestDamageSurvivesAKillBeforeRecovery(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+	devs := n.Devices(t)
+	dev := devs.Ports()[0].DeviceName()
+	a := holder("a")
+	ctx := context.Background()
+	if _, err := n.State.Prepare(ctx, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); err != nil {
+		t.Fatal(err)
+	}
+	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+
+	killed := testnode.New(t, testnode.Options{Restart: n, NoRestore: true})
+	if killed.StateWarning == nil {
+		t.Fatal("the damage was not reported")
+	}
+	next := testnode.New(t, testnode.Options{Restart: killed})
+	if next.StateWarning == nil || len(next.Restored.Removed) != 0 {
+		t.Errorf("start after a kill before the recovery was recorded: warning %v, removed specs %v; want the damage reported and no spec removed", next.StateWarning, next.Restored.Removed)
+	}
+	if ok, err := next.CDI.ClaimSpecExists(string(a.UID)); err != nil || !ok {
+		t.Errorf("CDI spec of prepared claim %s: exists %v, %v", a.UID, ok, err)
+	}
+	if got := next.State.Holders()[dev]; got != a.UID {
+		t.Errorf("device %s is held by %q, want %s", dev, got, a.UID)
+	}
+	if _, err := next.State.Prepare(ctx, holder("b"), request(dev, nil), next.Devices(t)); !errors.Is(err, state.ErrDeviceHeld) {
+		t.Errorf("another claim on prepared claim %s's device: %v", a.UID, err)
+	}
+}

@@ -288,7 +288,7 @@ func (s *State) WaitIdle(ctx context.Context) error {
 			}
 		}
 		if running == nil {
-			return nil
+			return s.waitFlush(ctx)
 		}
 		running.logger.Info("Waiting for programming to finish before stopping")
 		select {
@@ -296,6 +296,28 @@ func (s *State) WaitIdle(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("programming of %s still running: %w", running.device, context.Cause(ctx))
 		}
+	}
+}
+
+// waitFlush waits for a checkpoint flush in flight (one outside any
+// operation: an answer made durable after a flush failed), or until ctx
+// ends. Once the State drains, no flush starts after it returned.
+func (s *State) waitFlush(ctx context.Context) error {
+	s.mu.Lock()
+	s.idle = s.draining
+	s.mu.Unlock()
+	flushed := make(chan struct{})
+	go func() {
+		// Taking the journal's lock waits for the flush that holds it.
+		s.journal.mu.Lock()
+		defer s.journal.mu.Unlock()
+		close(flushed)
+	}()
+	select {
+	case <-flushed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("a checkpoint flush is still running: %w", context.Cause(ctx))
 	}
 }
 

@@ -126,7 +126,9 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 // is kept and reported: one device is never held twice.
 func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, devs *discovery.Result, report *RestoreReport) error {
 	s.mu.Lock()
-	gen := s.gen
+	// Always saved: the save replaces the damaged file, which until then
+	// tells a start after a kill to recover again.
+	gen := s.update(func(*Checkpoint) {})
 	for _, spec := range specs {
 		old := s.cp.Claims[spec.UID]
 		if old != nil && old.Phase == PhaseCompleted {

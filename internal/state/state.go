@@ -269,6 +269,8 @@ type State struct {
 	journal journal
 	// draining: the State takes no more work (Drain).
 	draining bool
+	// idle: WaitIdle returned while draining; no flush starts after.
+	idle bool
 	// listeners run when holds were released or stale device numbers
 	// noted (Subscribe).
 	listenMu  sync.Mutex
