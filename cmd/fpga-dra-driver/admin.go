@@ -205,11 +205,19 @@ func newProgramCommand() *cobra.Command {
 // it, and the programming is refused; one that starts meanwhile waits.
 func (f *adminFlags) programOffline(ctx context.Context, name string, bs *program.Bitstream, kind string) (control.ProgramResponse, error) {
 	path := filepath.Join(f.pluginDir, stateLockFile)
+	// Where no daemon ever ran, the lock is taken where one would: a
+	// daemon that starts meanwhile waits for it.
+	if err := os.MkdirAll(f.pluginDir, 0o750); err != nil {
+		return control.ProgramResponse{}, fmt.Errorf("--plugin-dir: %w", err)
+	}
 	held, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lock, err := filelock.Acquire(held, path, func() { cancel(errors.New("the daemon holds it")) })
-	if err != nil {
+	switch {
+	case errors.Is(err, filelock.ErrHeld):
 		return control.ProgramResponse{}, fmt.Errorf("the daemon runs on this node (%s: %w) but its control socket %s did not answer: ask it again, or stop it to program offline", path, err, f.controlSocket)
+	case err != nil:
+		return control.ProgramResponse{}, fmt.Errorf("the daemon's state lock: %w", err)
 	}
 	defer lock.Close()
 	res, holders, err := f.offline()

@@ -170,3 +170,20 @@ func TestAdminProgramOfflineRefusedWhileTheDaemonRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAdminProgramOfflineWithoutPluginDir: on a node where the daemon never
+// ran (its plugin directory does not exist: a host being brought up),
+// nothing holds the state lock and nothing is prepared: programming
+// offline must work, as it did before it took the lock, not be refused as
+// if a daemon ran whose control socket did not answer.
+func TestAdminProgramOfflineWithoutPluginDir(t *testing.T) {
+	a := startAdminNode(t, false)
+	a.plugin = filepath.Join(t.TempDir(), "never-started")
+	out, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", a.sample)...)
+	if err != nil {
+		t.Fatalf("programming offline on a node the daemon never ran on: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(a.sim.Cards[0].Ports[0].SysfsPath, "afu_id")); !strings.Contains(string(got), simnode.SampleAFUID) {
+		t.Errorf("afu_id after programming offline: %q, want %s", got, simnode.SampleAFUID)
+	}
+}

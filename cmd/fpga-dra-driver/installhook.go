@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -64,7 +65,9 @@ func installHook(dir string) (string, bool, error) {
 	// Up to date only when the bytes and the mode are this program's: the
 	// runtime runs the file as root, so a copy that is not executable, or
 	// that others may write, is replaced too.
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm() == 0o755 {
+	// A set-ID copy runs as its owner for anyone; a copy another user
+	// owns is theirs to replace.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode() == 0o755 && ownedBySelf(fi) {
 		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 			return path, false, nil
 		}
@@ -73,4 +76,11 @@ func installHook(dir string) (string, bool, error) {
 		return "", false, fmt.Errorf("install the hook: %w", err)
 	}
 	return path, true, nil
+}
+
+// ownedBySelf reports whether this process's user owns the file fi
+// describes.
+func ownedBySelf(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }

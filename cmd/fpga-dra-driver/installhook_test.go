@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -77,5 +78,48 @@ func TestInstallHookRepairsMode(t *testing.T) {
 		if fi.Mode().Perm() != 0o755 {
 			t.Errorf("an installed copy with mode %v is left with mode %v, want 0755", mode, fi.Mode().Perm())
 		}
+	}
+}
+
+// TestInstallHookRepairsSpecialBitsAndOwner: a copy with the right bytes
+// and permission bits 0755 is still not up to date when it is set-user-ID
+// or set-group-ID (any host user runs the driver with root's rights), or
+// when another user owns it (that user may replace what root runs): it
+// must be replaced by a plain 0755 copy of this process's user.
+func TestInstallHookRepairsSpecialBitsAndOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tamper func(path string) error
+	}{
+		{"setuid", func(p string) error { return os.Chmod(p, 0o755|os.ModeSetuid) }},
+		{"setgid", func(p string) error { return os.Chmod(p, 0o755|os.ModeSetgid) }},
+		{"owned by another user", func(p string) error {
+			if os.Geteuid() != 0 {
+				t.Skip("changing a file's owner needs root")
+			}
+			return os.Chown(p, 65534, 65534)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "bin")
+			installed := filepath.Join(dir, hookBinaryName)
+			if _, _, err := installHook(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.tamper(installed); err != nil {
+				t.Fatal(err)
+			}
+			if _, wrote, err := installHook(dir); err != nil || !wrote {
+				t.Fatalf("install-hook over a tampered copy: wrote %v, %v; want it replaced", wrote, err)
+			}
+			fi, err := os.Stat(installed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if fi.Mode() != 0o755 || int(st.Uid) != os.Geteuid() {
+				t.Errorf("installed copy has mode %v and owner %d, want -rwxr-xr-x and %d", fi.Mode(), st.Uid, os.Geteuid())
+			}
+		})
 	}
 }

@@ -102,6 +102,10 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		switch {
 		case errors.Is(err, state.ErrInProgress):
 			logger.V(2).Info("Programming still running", "err", err)
+		case errors.Is(err, state.ErrDraining):
+			// A stopping daemon: the kubelet's retry reaches the next
+			// one. Nothing failed that the claim's owner should see.
+			logger.V(2).Info("Not prepared: the driver is stopping", "err", err)
 		case len(out.Programmed) == 0:
 			c.event(claim, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%v", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -445,5 +446,35 @@ func TestPinnedDigestOnLoadedAFU(t *testing.T) {
 	}
 	if n := pn.sim.TotalCalls(); n != 1 {
 		t.Fatalf("the pinned file was loaded already, yet programmed again (%d calls)", n)
+	}
+}
+
+// TestPrepareWhileDrainingIsNoFailure: a kubelet's prepare that reaches a
+// stopping daemon (its State drains) is refused, so that the kubelet's
+// retry reaches the next instance, and the claim gets no PrepareFailed
+// event: nothing failed that its owner should see. (An invalid config of
+// another claim, refused before the State, marks where the events of the
+// first call have been recorded.)
+func TestPrepareWhileDrainingIsNoFailure(t *testing.T) {
+	pn := startPreparingNode(t, preparingOptions{sim: simnode.Options{Cards: 2}})
+	dra := pn.draClient(t)
+	pn.state.Drain()
+	c := pn.claim(t, []string{dev0})
+	if r := pn.prepare(t, dra, c); !strings.Contains(r.Error, "stopping") {
+		t.Fatalf("prepare while draining: %+v, want a refusal saying the driver is stopping", r)
+	}
+	marker := pn.claim(t, []string{dev1}, fpgaConfig(t, v1alpha1.FpgaConfig{Programming: v1alpha1.ProgrammingAlways}))
+	if r := pn.prepare(t, dra, marker); r.Error == "" {
+		t.Fatal("prepare of an invalid config succeeded")
+	}
+	pn.waitEvent(t, marker, "InvalidConfig")
+	list, err := pn.client.EventsV1().Events(c.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Regarding.UID == c.UID {
+			t.Errorf("event %s on the claim refused while draining: %s", e.Reason, e.Note)
+		}
 	}
 }

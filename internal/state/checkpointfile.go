@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -207,9 +208,14 @@ func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
 		}
 		return cf, cp, nil
 	}
-	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000"))
-	if werr := atomicfile.Write(aside, b, atomicfile.Options{Perm: 0o600}); werr != nil {
-		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v) and could not be kept aside: %w", path, err, werr)
+	// A start killed before its first save finds the same damaged file
+	// again: it was kept aside then.
+	aside := keptAside(path, b)
+	if aside == "" {
+		aside = fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000"))
+		if werr := atomicfile.Write(aside, b, atomicfile.Options{Perm: 0o600}); werr != nil {
+			return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v) and could not be kept aside: %w", path, err, werr)
+		}
 	}
 	// The damaged file stays in place until the first save rewrites it
 	// (slotSize 0): rewritten now, a kill before the caller recorded what
@@ -219,6 +225,21 @@ func OpenCheckpoint(path string) (*CheckpointFile, *Checkpoint, error) {
 		return nil, nil, fmt.Errorf("checkpoint %s is damaged (%v): %w", path, err, werr)
 	}
 	return cf, cp, fmt.Errorf("checkpoint %s: %w; the damaged file is kept as %s", path, err, aside)
+}
+
+// keptAside returns the copy of the damaged checkpoint b at path that an
+// earlier OpenCheckpoint kept aside, or "" when there is none.
+func keptAside(path string, b []byte) string {
+	copies, _ := filepath.Glob(path + ".corrupt-*")
+	for i := len(copies) - 1; i >= 0; i-- {
+		if fi, err := os.Lstat(copies[i]); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(b)) {
+			continue
+		}
+		if kept, err := os.ReadFile(copies[i]); err == nil && bytes.Equal(kept, b) {
+			return copies[i]
+		}
+	}
+	return ""
 }
 
 // Save writes cp into the older slot; it is on the disk when Save returns

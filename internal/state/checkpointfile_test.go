@@ -313,3 +313,27 @@ func TestCheckpointFileGrowthFailingLate(t *testing.T) {
 		t.Fatalf("after a successful save of claim %s: %v, %d claims on the disk; the save went to a file no longer in place", claimN(1000).UID, err, len(got.Claims))
 	}
 }
+
+// TestDamagedCheckpointKeptAsideOnce: the damaged file now stays in place
+// until the first save, so a daemon that is killed (or crashes) before
+// Restore saved opens the same damaged file at every start. It must be
+// kept aside once, not copied again at every start of a crash loop until
+// the disk the kubelet's directory lives on fills up.
+func TestDamagedCheckpointKeptAsideOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), CheckpointFileName)
+	b := writeGenerations(t, path, 3)
+	b[newestSlot(b)+20] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		cf, _, err := OpenCheckpoint(path)
+		if !errors.Is(err, ErrCorruptCheckpoint) {
+			t.Fatalf("damaged checkpoint: %v", err)
+		}
+		cf.Close() // killed before the first save
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
+		t.Fatalf("the same damaged file was kept aside %d times: %v", len(aside), aside)
+	}
+}

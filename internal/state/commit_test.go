@@ -394,3 +394,19 @@ func TestWaitIdleWaitsForAFlush(t *testing.T) {
 		t.Fatalf("WaitIdle once the flush ended: %v", err)
 	}
 }
+
+// TestWaitIdleEndedWithNothingRunning: a stop whose wait bound has passed
+// (or is zero) while nothing runs and no checkpoint flush holds the
+// journal is idle: WaitIdle must not report a flush still running, which
+// makes the daemon log a false error and cancel programming.
+func TestWaitIdleEndedWithNothingRunning(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}})
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.State.Drain()
+	for i := range 20 {
+		if err := n.State.WaitIdle(ended); err != nil {
+			t.Fatalf("WaitIdle %d with nothing running: %v", i, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package program
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 )
@@ -41,17 +44,25 @@ func Install(dir, src string, force bool, opts ...OpenOption) (*Bitstream, error
 	// Nodes load a GBS before an AOCX of the same IDs (see preferEntry): an
 	// AOCX installed next to one would never be loaded. It replaces the GBS
 	// with force only.
-	var shadow string
+	// The repository indexes files by their headers, whatever they are
+	// called: a GBS of those IDs under any name shadows the AOCX.
+	var shadow []string
 	if bs.Format == FormatAOCX {
-		gbs := filepath.Join(dir, bs.InterfaceID, bs.AFUID+"."+string(FormatGBS))
-		if other, err := Open(gbs, opts...); err == nil && other.InterfaceID == bs.InterfaceID && other.AFUID == bs.AFUID {
-			if !force {
-				return nil, fmt.Errorf("%w: %s holds a GBS build of AFU %s for interface %s, which nodes load before any AOCX of those IDs, so %s would never be loaded: pass --force to replace the GBS with it", ErrExists, gbs, bs.AFUID, bs.InterfaceID, src)
+		// Quietly: the files it skips are no concern of this install.
+		r, err := NewRepository(klog.NewContext(context.Background(), klog.Background().V(10)), dir, WithOpenOptions(opts...))
+		if err != nil {
+			return nil, err
+		}
+		for _, other := range r.List() {
+			if other.Format == FormatGBS && other.InterfaceID == bs.InterfaceID && other.AFUID == bs.AFUID {
+				shadow = append(shadow, other.Path)
 			}
-			shadow = gbs
+		}
+		if len(shadow) > 0 && !force {
+			return nil, fmt.Errorf("%w: %s holds a GBS build of AFU %s for interface %s, which nodes load before any AOCX of those IDs, so %s would never be loaded: pass --force to replace the GBS with it", ErrExists, shadow[0], bs.AFUID, bs.InterfaceID, src)
 		}
 	}
-	if old, err := Open(dest, append(opts, WithDigest())...); err == nil && shadow == "" {
+	if old, err := Open(dest, append(opts, WithDigest())...); err == nil && len(shadow) == 0 {
 		if old.SHA256 == bs.SHA256 {
 			old.Name, _ = filepath.Rel(dir, dest)
 			return old, nil
@@ -68,9 +79,9 @@ func Install(dir, src string, force bool, opts ...OpenOption) (*Bitstream, error
 	if err := atomicfile.Write(dest, data, atomicfile.Options{Perm: 0o644}); err != nil {
 		return nil, fmt.Errorf("install %s: %w", src, err)
 	}
-	if shadow != "" {
-		if err := os.Remove(shadow); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("installed %s, but the GBS %s that nodes load instead could not be removed: %w: remove it", dest, shadow, err)
+	for _, gbs := range shadow {
+		if err := os.Remove(gbs); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("installed %s, but the GBS %s that nodes load instead could not be removed: %w: remove it", dest, gbs, err)
 		}
 	}
 	installed, err := Open(dest, append(opts, WithDigest())...)

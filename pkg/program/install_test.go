@@ -113,3 +113,29 @@ func TestInstallAOCXShadowedByGBS(t *testing.T) {
 		t.Fatalf("after a forced install of the AOCX the repository finds %+v (%v), want the AOCX", found, err)
 	}
 }
+
+// TestInstallAOCXShadowedByGBSElsewhere: the repository indexes a
+// bitstream by the IDs in its header, whatever it is called, and a node
+// loads a GBS before an AOCX of the same IDs wherever the GBS lies. An
+// AOCX installed while a GBS of those IDs lies under another name must be
+// refused as it is when the GBS is at <interfaceID>/<afuID>.gbs, not
+// reported installed while every node keeps loading the GBS.
+func TestInstallAOCXShadowedByGBSElsewhere(t *testing.T) {
+	const ifID, afu = "69528db6eb31577a8c3668f9faa081f6", "d8424dc4a4a3c413f89e433683f9040b"
+	repo, src := t.TempDir(), t.TempDir()
+	gbs := writeFile(t, repo, "vendor/accel-v1.gbs", gbsFile(t, ifID, afu, 64))
+	aocx := writeFile(t, src, "new.aocx", aocxFile(t, ifID, afu, 128))
+	if bs, err := Install(repo, aocx, false); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), gbs) {
+		t.Fatalf("installing an AOCX the GBS %s shadows: %v (installed %+v), want ErrExists naming the GBS", gbs, err, bs)
+	}
+	if _, err := Install(repo, aocx, true); err != nil {
+		t.Fatalf("with force: %v", err)
+	}
+	r, err := NewRepository(context.Background(), repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found, err := r.Find(ifID, afu); err != nil || found.Format != FormatAOCX {
+		t.Fatalf("after a forced install of the AOCX the repository finds %+v (%v), want the AOCX", found, err)
+	}
+}
