@@ -273,6 +273,13 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 			t.Errorf("controller ClusterRole does not allow %s %s/%s %s", want.verb, want.group, want.resource, want.name)
 		}
 	}
+	// Nothing beyond what the controller calls: it updates the status of
+	// its custom resources (UpdateStatus), never patches it.
+	for _, res := range []string{"acceleratorfunctions/status", "fpgaregions/status"} {
+		if allows(ctrlRole.Rules, "fpga.dra.dev", res, "patch", "") {
+			t.Errorf("controller ClusterRole allows patch fpga.dra.dev/%s, which the controller never calls", res)
+		}
+	}
 	// Its claim patches touch only the routing label.
 	route := findOne[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "fpga-dra-driver-claim-route")
 	if got, want := route.Spec.MatchConditions[0].Expression, fmt.Sprintf(`request.userInfo.username == "system:serviceaccount:%s:%s"`, ns, deploy.Spec.Template.Spec.ServiceAccountName); got != want {

@@ -17,6 +17,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
@@ -363,12 +364,18 @@ func TestKeeperSecretReplaced(t *testing.T) {
 func TestKeeperClockSkew(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	client := kubefake.NewClientset()
 	var bundle []byte
-	a, b := testKeeper(client, &now, 0, &bundle), testKeeper(client, &now, -2*time.Minute, &bundle)
+	a, b := skewedReplicas(&now, &bundle)
 	roundThenTrusted(ctx, t, a, "replica a", a.Serving, &bundle, now)
 	// The API server's clock is a's.
 	roundThenTrusted(ctx, t, b, "replica a after b's round", a.Serving, &bundle, now)
+}
+
+// skewedReplicas are two replicas of one Secret and bundle whose clocks
+// read *now (a) and two minutes behind it (b).
+func skewedReplicas(now *time.Time, bundle *[]byte) (a, b *Keeper) {
+	client := kubefake.NewClientset()
+	return testKeeper(client, now, 0, bundle), testKeeper(client, now, -2*time.Minute, bundle)
 }
 
 // roundThenTrusted runs a round of k and fails unless what s serves is
@@ -382,13 +389,13 @@ func roundThenTrusted(ctx context.Context, t *testing.T, k *Keeper, who string, 
 }
 
 // TestKeeperServesAtOnce: a replica that serves nothing yet serves the
-// certificates at once, even when the CA bundle could not be set (the next
-// round sets it); one whose certificate would expire before the next round
+// certificates at once, even when there is no webhook configuration to set
+// the CA bundle in yet (the next round sets it); one whose certificate would expire before the next round
 // switches at once.
 func TestKeeperServesAtOnce(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	patchErr := errors.New("no webhook configuration yet")
+	var patchErr error = apierrors.NewNotFound(admissionregistrationv1.Resource("validatingwebhookconfigurations"), "fpga-dra-driver-webhook")
 	k := &Keeper{
 		Certs: &SelfSigned{Client: kubefake.NewClientset(), Namespace: "fpga-system", SecretName: "webhook-tls", DNSNames: testDNSNames,
 			Validity: time.Hour, RenewBefore: 6 * time.Minute, Now: func() time.Time { return now }},
@@ -446,4 +453,64 @@ func FuzzIssuerOf(f *testing.F) {
 			t.Fatalf("issuerOf returned a certificate that did not sign the serving one (%v)", err)
 		}
 	})
+}
+
+// TestKeeperClockSkewDuringRenewal: replica a renews the certificates and,
+// as it should, keeps serving the old one for a round; replica b, whose
+// clock is two minutes behind, finds a's renewal not yet valid and renews
+// again at once. The bundle b sets must still trust the certificate a
+// serves: the one both served before the renewals.
+func TestKeeperClockSkewDuringRenewal(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var bundle []byte
+	a, b := skewedReplicas(&now, &bundle)
+	roundThenTrusted(ctx, t, a, "replica a", a.Serving, &bundle, now)
+	now = now.Add(5 * time.Minute)
+	roundThenTrusted(ctx, t, b, "replica b", b.Serving, &bundle, now)
+	trusted(t, "replica a", a.Serving, bundle, now)
+
+	now = now.Add(95 * 24 * time.Hour) // within RenewBefore: a renews
+	roundThenTrusted(ctx, t, a, "replica a after its renewal", a.Serving, &bundle, now)
+	roundThenTrusted(ctx, t, b, "replica b after its renewal", b.Serving, &bundle, now)
+	trusted(t, "replica a after b renewed a's renewal", a.Serving, bundle, now)
+}
+
+// TestKeeperNewReplicaWaitsForTheBundle: a replica starts while the
+// Secret holds certificates whose CA the webhook configuration does not
+// have yet (the replica that renewed them stopped before it set the
+// bundle), and it cannot set the bundle either. It must not serve them:
+// serving makes it ready, the Service sends it the API server's calls,
+// and the API server does not trust it. Once the bundle is set, it serves.
+func TestKeeperNewReplicaWaitsForTheBundle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	client := kubefake.NewClientset()
+	var bundle []byte
+	first := testKeeper(client, &now, 0, &bundle)
+	roundThenTrusted(ctx, t, first, "first replica", first.Serving, &bundle, now)
+	stale := bytes.Clone(bundle)
+	now = now.Add(95 * 24 * time.Hour)
+	// The renewal of a replica that stops before it sets the bundle.
+	if _, err := first.Certs.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	patchErr := errors.New("etcdserver: request timed out")
+	k := testKeeper(client, &now, 0, &bundle)
+	k.PatchBundle = func(_ context.Context, b []byte) error {
+		if patchErr != nil {
+			return patchErr
+		}
+		bundle = bytes.Clone(b)
+		return nil
+	}
+	if err := k.Round(ctx); !errors.Is(err, patchErr) {
+		t.Fatalf("Round() = %v, want the patch error", err)
+	}
+	if _, err := k.Serving.GetCertificate(nil); err == nil {
+		trusted(t, "new replica whose bundle patch failed", k.Serving, stale, now)
+	}
+	patchErr = nil
+	roundThenTrusted(ctx, t, k, "new replica once the bundle is set", k.Serving, &bundle, now)
 }

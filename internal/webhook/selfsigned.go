@@ -79,7 +79,7 @@ func (s *SelfSigned) Ensure(ctx context.Context) (*Certificates, error) {
 			return genErr
 		}
 		if err == nil {
-			fresh.CACert = append(fresh.CACert, issuerOf(secret.Data[SecretCAKey], secret.Data[SecretCertKey], now())...)
+			fresh.CACert = append(fresh.CACert, previousCAs(secret.Data[SecretCAKey], secret.Data[SecretCertKey], now())...)
 		}
 		data := map[string][]byte{SecretCAKey: fresh.CACert, SecretCertKey: fresh.Cert, SecretKeyKey: fresh.Key}
 		if apierrors.IsNotFound(err) {
@@ -105,6 +105,39 @@ func (s *SelfSigned) Ensure(ctx context.Context) (*Certificates, error) {
 		return nil, fmt.Errorf("self-signed webhook certificates in Secret %s/%s: %w", s.Namespace, s.SecretName, err)
 	}
 	return certs, nil
+}
+
+// maxPreviousCAs bounds how many CAs of the bundle it replaces a new CA
+// bundle keeps.
+const maxPreviousCAs = 2
+
+// previousCAs returns, PEM encoded, the CAs of caBundle a new bundle keeps:
+// issuerOf the Secret's serving certificate first, then the other CAs of
+// caBundle still valid at now, up to maxPreviousCAs in all. The others
+// matter when certificates are replaced twice within a round (a replica
+// whose clock is behind replaces a renewal that is not yet valid by its
+// clock): a replica that has not switched to the first replacement still
+// serves a certificate of one of them.
+func previousCAs(caBundle, certPEM []byte, now time.Time) []byte {
+	out := issuerOf(caBundle, certPEM, now)
+	kept := 0
+	if len(out) > 0 {
+		kept = 1
+	}
+	for rest := caBundle; kept < maxPreviousCAs; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || !ca.IsCA || !now.Before(ca.NotAfter) || bytes.Equal(block.Bytes, derOf(out)) {
+			continue
+		}
+		out = append(out, pem.EncodeToMemory(block)...)
+		kept++
+	}
+	return out
 }
 
 // issuerOf returns, PEM encoded, the certificate of caBundle that signed
@@ -146,7 +179,8 @@ func issuerIn(caBundle []byte, leaf *x509.Certificate, ok func(ca *x509.Certific
 // it, and every replica still serving the previous one stays trusted
 // (Ensure keeps the previous CA in the bundle). Only when it serves
 // nothing yet, or its certificate would expire before the next round,
-// does it switch at once.
+// does it switch at once; a replica that serves nothing yet waits for a
+// round that set the bundle, since serving makes it ready.
 type Keeper struct {
 	Certs *SelfSigned
 	// Serving is what the webhook serves with.
@@ -180,10 +214,12 @@ func (k *Keeper) Round(ctx context.Context) error {
 	case served != nil && bytes.Equal(served.Certificate[0], derOf(certs.Cert)):
 		k.pending = nil
 		return patchErr
-	case served == nil, served.Leaf != nil && served.Leaf.NotAfter.Before(now().Add(2*k.Period)),
+	case served == nil && (patchErr == nil || apierrors.IsNotFound(patchErr)), served != nil && served.Leaf != nil && served.Leaf.NotAfter.Before(now().Add(2*k.Period)),
 		patchErr == nil && bytes.Equal(k.pending, certs.Cert),
 		patchErr == nil && !signedBy(served, certs.CACert):
-		// Nothing served, the served certificate about to expire, the
+		// Nothing served and the bundle set (or no webhook
+		// configuration to set it in: nothing calls the webhook), the
+		// served certificate about to expire, the
 		// bundle trusted this certificate a round ago, or the bundle
 		// just set does not trust the served one (the Secret was
 		// replaced: its bundle has not the previous CA).
