@@ -245,6 +245,9 @@ func TestSelectorAttributesArePublished(t *testing.T) {
 			t.Errorf("selector attribute %q, the node publishes %q", got, want)
 		}
 	}
+	if maxInterfaceIDs != discovery.MaxInterfaceIDs {
+		t.Errorf("selectors test %d interface ID attributes, the node publishes up to %d", maxInterfaceIDs, discovery.MaxInterfaceIDs)
+	}
 }
 
 // TestClassesSelectAnyInterfaceOfTheShell: an Alveo shell lists two

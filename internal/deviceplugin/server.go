@@ -148,9 +148,7 @@ func (r *resourceServer) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStre
 // GetPreferredAllocation implements pluginapi.DevicePluginServer.
 func (r *resourceServer) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	p := r.plugin
-	p.mu.Lock()
-	res := p.devices
-	p.mu.Unlock()
+	res := p.Devices()
 	r.mu.Lock()
 	devs := r.byID
 	r.mu.Unlock()

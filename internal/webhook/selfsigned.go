@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,18 +121,12 @@ const maxPreviousCAs = 2
 // serves a certificate of one of them.
 func previousCAs(caBundle, certPEM []byte, now time.Time) []byte {
 	out := issuerOf(caBundle, certPEM, now)
-	kept := 0
-	if len(out) > 0 {
-		kept = 1
-	}
-	for rest := caBundle; kept < maxPreviousCAs; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
+	kept := min(len(out), 1)
+	for block, ca := range caCerts(caBundle) {
+		if kept == maxPreviousCAs {
 			break
 		}
-		ca, err := x509.ParseCertificate(block.Bytes)
-		if err != nil || !ca.IsCA || !now.Before(ca.NotAfter) || bytes.Equal(block.Bytes, derOf(out)) {
+		if !now.Before(ca.NotAfter) || bytes.Equal(block.Bytes, derOf(out)) {
 			continue
 		}
 		out = append(out, pem.EncodeToMemory(block)...)
@@ -160,14 +155,27 @@ func issuerOf(caBundle, certPEM []byte, now time.Time) []byte {
 // issuerIn returns the PEM block of the first CA certificate of caBundle
 // that signed leaf and that also passes ok; nil when there is none.
 func issuerIn(caBundle []byte, leaf *x509.Certificate, ok func(ca *x509.Certificate) bool) *pem.Block {
-	for rest := caBundle; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return nil
-		}
-		if ca, err := x509.ParseCertificate(block.Bytes); err == nil && ca.IsCA && leaf.CheckSignatureFrom(ca) == nil && ok(ca) {
+	for block, ca := range caCerts(caBundle) {
+		if leaf.CheckSignatureFrom(ca) == nil && ok(ca) {
 			return block
+		}
+	}
+	return nil
+}
+
+// caCerts yields the PEM blocks of caBundle that are CA certificates, each
+// with its certificate, in the bundle's order.
+func caCerts(caBundle []byte) iter.Seq2[*pem.Block, *x509.Certificate] {
+	return func(yield func(*pem.Block, *x509.Certificate) bool) {
+		for rest := caBundle; ; {
+			var block *pem.Block
+			block, rest = pem.Decode(rest)
+			if block == nil {
+				return
+			}
+			if ca, err := x509.ParseCertificate(block.Bytes); err == nil && ca.IsCA && !yield(block, ca) {
+				return
+			}
 		}
 	}
 }

@@ -381,13 +381,11 @@ func (p *Puller) layer(ctx context.Context, ref v1alpha1.BitstreamRef, a *artifa
 			p.cache.unreserve(a.Layer.Size)
 			return nil, err
 		}
-		bs, err := openBlob(where, a, tmp, p.openOpts)
-		if err == nil {
-			if err = checkHeader(where, a.Annotations, bs); err != nil {
-				// Fetches through other manifests that joined this
-				// pull are not refused for this one's annotations.
-				err = &refusedFor{manifest: a.Digest, err: err}
-			}
+		bs, err := openLayer(where, a, tmp, p.openOpts)
+		if errors.Is(err, ErrAnnotationMismatch) {
+			// Fetches through other manifests that joined this pull
+			// are not refused for this one's annotations.
+			err = &refusedFor{manifest: a.Digest, err: err}
 		}
 		if err != nil {
 			os.Remove(tmp)
