@@ -218,6 +218,10 @@ func TestSocketMode(t *testing.T) {
 	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != control.SocketMode {
 		t.Errorf("socket mode %v, want a socket with %v", fi.Mode(), control.SocketMode)
 	}
+	// Nothing of the private directory it was bound in is left.
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 {
+		t.Errorf("the socket's directory holds %v (%v), want only the socket", entries, err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := srv.Serve(ctx); err != nil {

@@ -51,14 +51,19 @@ type Server struct {
 }
 
 // Listen creates the socket at path with mode SocketMode, replacing a stale
-// one. The socket is bound under a temporary name, restricted, and only
-// then renamed to path, so it is never reachable with looser permissions.
+// one. The socket is bound in a new directory only its owner can enter,
+// restricted, and only then moved to path, so it is never reachable with
+// looser permissions, whatever the process's umask.
 func Listen(ctx context.Context, path string, h Handler) (*Server, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("control socket directory: %w", err)
 	}
-	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
-	_ = os.Remove(tmp)
+	private, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".")
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	defer os.RemoveAll(private)
+	tmp := filepath.Join(private, "s")
 	lis, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: listen on %s: %w", tmp, err)
@@ -66,7 +71,6 @@ func Listen(ctx context.Context, path string, h Handler) (*Server, error) {
 	lis.(*net.UnixListener).SetUnlinkOnClose(false)
 	fail := func(err error) (*Server, error) {
 		lis.Close()
-		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	if err := os.Chmod(tmp, SocketMode); err != nil {

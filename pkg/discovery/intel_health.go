@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -109,19 +108,28 @@ func checkNode(h *Health, n DevNode) {
 	}
 }
 
-// errorValue reads an error register such as "0x0" (in any case); a
-// missing or malformed attribute reads as zero (older kernels lack some of
-// them).
+// errorValue reads an error register such as "0x0"; a missing or
+// malformed attribute reads as zero (older kernels lack some of them).
 func errorValue(d sysDir, name string) uint64 {
 	s, err := d.read(name)
 	if err != nil {
 		return 0
 	}
-	v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, 64)
+	v, err := registerValue(s)
 	if err != nil {
 		return 0
 	}
 	return v
+}
+
+// registerValue parses a register as drivers print it in sysfs:
+// hexadecimal, with or without a "0x" prefix in either case ("0x4", "0X4",
+// "4"). A decimal flag ("0", "1") reads as the same value.
+func registerValue(s string) (uint64, error) {
+	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		s = s[2:]
+	}
+	return strconv.ParseUint(s, 16, 64)
 }
 
 // refresh implements family: Refresh for one card, noting its reads in tr.

@@ -88,10 +88,10 @@ func xrtCheck(c *Card, p *Port, d, mgmt sysDir) {
 			p.AFUID = id
 		}
 	}
-	if v, err := d.read("ready"); err != nil || (v != "0x1" && v != "1") {
+	if v, err := d.read("ready"); err != nil || !flagSet(v) {
 		h.fail("xrt-not-ready", "card %s is not ready (ready is %q, %v): its management side does not answer", c.PCIAddress, v, err)
 	}
-	if v, err := d.read("dev_offline"); err == nil && v != "0" && v != "0x0" {
+	if v, err := d.read("dev_offline"); err == nil && !flagClear(v) {
 		h.fail("offline", "card %s is offline (dev_offline %s): it is being reset or reflashed", c.PCIAddress, v)
 	}
 	for _, n := range p.Nodes() {
@@ -99,13 +99,26 @@ func xrtCheck(c *Card, p *Port, d, mgmt sysDir) {
 	}
 	if c.mgmtPath != "" {
 		switch v, err := mgmt.read("dev_offline"); {
-		case err == nil && v != "0" && v != "0x0":
+		case err == nil && !flagClear(v):
 			h.fail("mgmt-offline", "management PF of card %s is offline (dev_offline %s)", c.PCIAddress, v)
 		case err != nil && errors.Is(err, unix.ENOENT) && !exists(mgmt):
 			h.fail("mgmt-gone", "management PF of card %s is gone: %s does not exist", c.PCIAddress, mgmt.path)
 		}
 	}
 	p.Health = h
+}
+
+// flagSet reports whether a status flag such as xocl's ready reads 1
+// ("1", "0x1", "0X1"); flagClear whether it reads 0. A malformed value is
+// neither: the card is not taken to be ready, nor to be online.
+func flagSet(v string) bool {
+	n, err := registerValue(v)
+	return err == nil && n == 1
+}
+
+func flagClear(v string) bool {
+	n, err := registerValue(v)
+	return err == nil && n == 0
 }
 
 // exists reports whether the directory d views exists.

@@ -121,6 +121,11 @@ func TestRefreshAlveo(t *testing.T) {
 			func() error { return n.SetAlveoStatus(sc, "ready", "0x0") }, func() error { return n.SetAlveoStatus(sc, "ready", "0x1") }},
 		{"offline", "offline",
 			func() error { return n.SetAlveoStatus(sc, "dev_offline", "1") }, func() error { return n.SetAlveoStatus(sc, "dev_offline", "0") }},
+		// xocl prints its flags in lower case; another build may not.
+		{"not ready, in upper case", "xrt-not-ready",
+			func() error { return n.SetAlveoStatus(sc, "ready", "0X0") }, func() error { return n.SetAlveoStatus(sc, "ready", "0X1") }},
+		{"offline, in upper case", "offline",
+			func() error { return n.SetAlveoStatus(sc, "dev_offline", "0X1") }, func() error { return n.SetAlveoStatus(sc, "dev_offline", "0X0") }},
 		{"all-zero interface", "interface-id-all-zero",
 			func() error { return n.SetAlveoStatus(sc, "interface_uuids", "00000000000000000000000000000000") },
 			func() error { return n.SetAlveoStatus(sc, "interface_uuids", simnode.U250InterfaceID) }},
