@@ -175,6 +175,11 @@ func TestAcceleratorFunctionSchema(t *testing.T) {
 			BitstreamRef: "registry.example.com/nlb0@sha256:" + sum}), wantErr: "bitstream, bitstreamRef and sha256 are allowed in region mode only"},
 		{name: "description too long", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Description: strings.Repeat("x", 1025)}),
 			wantErr: "spec.description: Too long"},
+		// maxLength counts characters, not bytes: 1,024 of them in any
+		// script fit.
+		{name: "longest description, not ASCII", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Description: strings.Repeat("é", 1024)})},
+		{name: "description too long, not ASCII", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Description: strings.Repeat("é", 1025)}),
+			wantErr: "spec.description: Too long"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,7 +32,7 @@ const ProgramClassSuffix = "-program"
 const MaxAcceleratorFunctionNameLength = 253 - len(ProgramClassSuffix)
 
 // MaxDescriptionLength is the longest description of an AcceleratorFunction
-// or FpgaRegion, in bytes.
+// or FpgaRegion, in characters (as the CRD's maxLength counts).
 const MaxDescriptionLength = 1024
 
 // AcceleratorFunction gives an accelerator function (AFU) a cluster-wide

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -83,10 +84,15 @@ func validateName(name string, max int, why string) field.ErrorList {
 	return errs
 }
 
-// validateDescription checks the length of a description.
+// validateDescription checks the length of a description in characters,
+// as the CRD's maxLength counts it: a limit in bytes would refuse, in the
+// webhook and the controller, a description in a non-Latin script that the
+// API server accepts.
 func validateDescription(d string, path *field.Path) field.ErrorList {
-	if len(d) > MaxDescriptionLength {
-		return field.ErrorList{field.TooLong(path, "", MaxDescriptionLength)}
+	if n := utf8.RuneCountInString(d); n > MaxDescriptionLength {
+		err := field.TooLong(path, "", MaxDescriptionLength)
+		err.Detail = fmt.Sprintf("%d characters, at most %d: shorten the description", n, MaxDescriptionLength)
+		return field.ErrorList{err}
 	}
 	return nil
 }

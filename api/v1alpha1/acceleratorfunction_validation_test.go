@@ -58,7 +58,7 @@ func TestValidateAcceleratorFunction(t *testing.T) {
 		{name: "sha256 uppercase", edit: func(af *AcceleratorFunction) { af.Spec.SHA256 = strings.ToUpper(testSHA256) },
 			wantErr: []string{"spec.sha256: Invalid value"}},
 		{name: "description too long", edit: func(af *AcceleratorFunction) { af.Spec.Description = strings.Repeat("x", 1025) },
-			wantErr: []string{"spec.description: Too long: may not be more than 1024 bytes"}},
+			wantErr: []string{"spec.description: Too long: 1025 characters, at most 1024"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

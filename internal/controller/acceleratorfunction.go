@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
@@ -39,7 +42,7 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 	var want []*resourceapi.DeviceClass
 	if errs := v1alpha1.ValidateAcceleratorFunction(af); len(errs) > 0 {
 		r.invalid = errs.ToAggregate()
-	} else if want, err = AcceleratorFunctionClasses(af, c.driverName, c.extendedResourceDomain); err != nil {
+	} else if want, err = AcceleratorFunctionClasses(af, c.driverName, c.extendedResourceDomainOf(af)); err != nil {
 		r.invalid = err
 	}
 	for _, w := range want {
@@ -79,4 +82,70 @@ func (c *Controller) syncAcceleratorFunction(ctx context.Context, name string) e
 	}
 	af.Status = *status
 	return errors.Join(r.err, c.writeStatus(ctx, v1alpha1.AcceleratorFunctionKind, af))
+}
+
+// extendedResourceDomainOf returns the extended resource domain af's class
+// serves its name in: Config.ExtendedResourceDomain when af is the function
+// that holds the name, else "" (none). The API wants a DeviceClass's
+// extendedResourceName unique, and the scheduler serves a shared one with
+// the class created last, so of the valid functions with af's interface and
+// AFU IDs (which give the name) that are not being deleted only the oldest
+// serves it, ties going to the first name.
+func (c *Controller) extendedResourceDomainOf(af *v1alpha1.AcceleratorFunction) string {
+	if c.extendedResourceDomain == "" || af.Spec.InterfaceID == "" {
+		return c.extendedResourceDomain
+	}
+	objs, err := c.functions.List(labelsEverything)
+	if err != nil {
+		// An informer lister does not fail; serve the name rather than
+		// drop it on a guess.
+		return c.extendedResourceDomain
+	}
+	for _, obj := range objs {
+		if m, ok := obj.(metav1.Object); !ok || m.GetName() == af.Name {
+			continue
+		}
+		other := &v1alpha1.AcceleratorFunction{}
+		if fromUnstructured(obj, other) != nil || other.DeletionTimestamp != nil ||
+			other.Spec.InterfaceID != af.Spec.InterfaceID || other.Spec.AFUID != af.Spec.AFUID ||
+			len(v1alpha1.ValidateAcceleratorFunction(other)) > 0 {
+			continue
+		}
+		if other.CreationTimestamp.Before(&af.CreationTimestamp) ||
+			(other.CreationTimestamp.Equal(&af.CreationTimestamp) && other.Name < af.Name) {
+			return ""
+		}
+	}
+	return c.extendedResourceDomain
+}
+
+// functionIDs returns the interface and AFU IDs of an AcceleratorFunction
+// from the informer, "" for those it lacks.
+func functionIDs(obj any) (interfaceID, afuID string) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return "", ""
+	}
+	interfaceID, _, _ = unstructured.NestedString(u.Object, "spec", "interfaceID")
+	afuID, _, _ = unstructured.NestedString(u.Object, "spec", "afuID")
+	return interfaceID, afuID
+}
+
+// enqueueSharingIDs enqueues every AcceleratorFunction with the
+// interface and AFU IDs of obj: which of them serves the extended resource
+// name may have changed with obj (extendedResourceDomainOf).
+func (c *Controller) enqueueSharingIDs(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	ifID, afuID := functionIDs(obj)
+	if ifID == "" || c.extendedResourceDomain == "" {
+		return
+	}
+	objs, _ := c.functions.List(labelsEverything)
+	for _, o := range objs {
+		if i, a := functionIDs(o); i == ifID && a == afuID {
+			c.queue.Add(key{kind: v1alpha1.AcceleratorFunctionKind, name: o.(metav1.Object).GetName()})
+		}
+	}
 }

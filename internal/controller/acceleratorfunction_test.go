@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,16 +50,19 @@ func (tc *testController) putAF(t *testing.T, af *v1alpha1.AcceleratorFunction) 
 	}
 }
 
-// classNames lists the DeviceClasses in the fake API server.
-func (tc *testController) classNames(t *testing.T) []string {
+// classNames lists the DeviceClasses in the fake API server, those for
+// which every filter is true.
+func (tc *testController) classNames(t *testing.T, filters ...func(*resourceapi.DeviceClass) bool) []string {
 	t.Helper()
 	list, err := tc.kube.ResourceV1().DeviceClasses().List(tc.ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, c := range list.Items {
-		names = append(names, c.Name)
+	for i := range list.Items {
+		if !slices.ContainsFunc(filters, func(f func(*resourceapi.DeviceClass) bool) bool { return !f(&list.Items[i]) }) {
+			names = append(names, list.Items[i].Name)
+		}
 	}
 	return names
 }

@@ -56,7 +56,9 @@ type Config struct {
 	DynamicClient dynamic.Interface
 	// ExtendedResourceDomain, when not empty, gives each AcceleratorFunction's
 	// loaded class the extended resource name the device-plugin endpoint
-	// uses in this domain (see AcceleratorFunctionClasses).
+	// uses in this domain (see AcceleratorFunctionClasses); of functions
+	// with the same IDs, and so the same name, only the oldest one's class
+	// carries it.
 	ExtendedResourceDomain string
 	// ResyncPeriod is how often every object is reconciled again without a
 	// change; 0 never.
@@ -238,20 +240,33 @@ func (c *Controller) sync(ctx context.Context, k key) error {
 }
 
 // objectHandler enqueues the AcceleratorFunction or FpgaRegion an event is
-// about.
+// about and, for an AcceleratorFunction created, deleted or changed in its
+// spec or deletion, the functions that share its old or new IDs: which of
+// them serves the extended resource name may change with it
+// (extendedResourceDomainOf).
 func (c *Controller) objectHandler(kind string) cache.ResourceEventHandler {
-	enqueue := func(obj any) {
+	enqueue := func(obj any, siblings bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		if o, ok := obj.(metav1.Object); ok {
 			c.queue.Add(key{kind: kind, name: o.GetName()})
 		}
+		if siblings && kind == v1alpha1.AcceleratorFunctionKind {
+			c.enqueueSharingIDs(obj)
+		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: enqueue,
+		AddFunc: func(obj any) { enqueue(obj, true) },
+		UpdateFunc: func(old, obj any) {
+			o, n := old.(metav1.Object), obj.(metav1.Object)
+			changed := o.GetGeneration() != n.GetGeneration() || (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil)
+			enqueue(obj, changed)
+			if changed {
+				enqueue(old, true)
+			}
+		},
+		DeleteFunc: func(obj any) { enqueue(obj, true) },
 	}
 }
 
