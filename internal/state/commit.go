@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// A flush waits for other operations' changes at most gatherFlushes times
-// the average flush time, and never longer than maxGather.
+// A flush waits for changes it expects at most maxGather, and for changes
+// it only guesses will come at most gatherFlushes times the average flush
+// time (within maxGather).
 const (
 	gatherFlushes = 2
 	maxGather     = time.Millisecond
@@ -27,16 +28,19 @@ const (
 // at once, and one flush covers every change made before it started.
 //
 // Before a flush, the caller that runs it waits for the changes of other
-// operations (group commit, as jbd2 batches synchronous handles), for at
-// most twice the average flush time (maxGather at most):
-//   - while an operation is expected: a prepare or release in the State
-//     that is not programming and not yet waiting, or a claim of a kubelet
-//     call announced by Expect that has not reached the State yet;
-//   - for the whole time while calls come together: the caller found
-//     another flushing before it, or the previous flush served more than
-//     one call (claims of one kubelet call count once) and ended less
-//     than streamGap ago. Such callers keep arriving, and most are not
-//     known before they do.
+// operations (group commit, as jbd2 batches synchronous handles):
+//   - while an operation is expected, for at most maxGather: a prepare or
+//     release in the State that is not programming and not yet waiting,
+//     or a claim of a kubelet call announced by Expect that has not
+//     reached the State yet. Its change is sure to come, and waiting
+//     for it saves a flush however fast the disk flushes: bounded by
+//     the flush time instead, a burst of calls on a fast disk took a
+//     flush for every few of them;
+//   - while calls come together, for at most twice the average flush time
+//     (maxGather at most): the caller found another flushing before it,
+//     or the previous flush served more than one call (claims of one
+//     kubelet call count once) and ended less than streamGap ago. Such
+//     callers keep arriving, and most are not known before they do.
 //
 // A caller that is alone, with nothing expected, flushes at once: a
 // single prepare never waits, not even right after a flush that many
@@ -236,19 +240,24 @@ func (j *journal) wake() {
 func (s *State) gather(queued bool) {
 	j := &s.journal
 	wait := min(gatherFlushes*j.flushTime, j.maxGather)
-	shared := queued || (j.lastCalls > 1 && time.Since(j.lastEnd) < j.streamGap)
-	if wait <= 0 || (!shared && !s.expecting()) {
+	// Before a flush was timed there is no time to guess with.
+	shared := wait > 0 && (queued || (j.lastCalls > 1 && time.Since(j.lastEnd) < j.streamGap))
+	if !shared && !s.expecting() {
 		return
 	}
 	if j.onGather != nil {
 		j.onGather()
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	stream := time.NewTimer(wait)
+	defer stream.Stop()
+	bound := time.NewTimer(j.maxGather)
+	defer bound.Stop()
 	for shared || s.expecting() {
 		select {
 		case <-j.arrived:
-		case <-timer.C:
+		case <-stream.C:
+			shared = false // only what is expected is waited for now
+		case <-bound.C:
 			return
 		case <-s.ctx.Done():
 			return

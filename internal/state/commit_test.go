@@ -88,6 +88,30 @@ func TestFlushWaitsForAnnouncedClaims(t *testing.T) {
 	checkConsistent(t, n)
 }
 
+// TestFlushWaitsForExpectedClaimsOnAFastDisk: how long a flush waits for
+// claims it expects is not bounded by the flush time: on a disk that
+// flushes in a nanosecond, the claims of one kubelet call, the second
+// reaching the State only once the first's flush waits, still share it.
+func TestFlushWaitsForExpectedClaimsOnAFastDisk(t *testing.T) {
+	n, devs, gathering := flushingNode(t, 2, nil)
+	state.SetGather(n.State, time.Nanosecond, gatherBound, func() { gathering <- struct{}{} })
+	ctx, end := n.State.Expect(context.Background(), 2)
+	defer end()
+	before := n.State.CheckpointSyncs()
+	first := prepareAsync(ctx, n, holder("a"), request(devs.Ports()[0].DeviceName(), nil), devs)
+	await(t, gathering, "the first claim's flush to wait for the second")
+	second := prepareAsync(ctx, n, holder("b"), request(devs.Ports()[1].DeviceName(), nil), devs)
+	for _, done := range []<-chan error{first, second} {
+		if err := await(t, done, "the call's prepares"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.State.CheckpointSyncs() - before; got != 1 {
+		t.Fatalf("the call's two prepares flushed %d times, want once", got)
+	}
+	checkConsistent(t, n)
+}
+
 // prepareAsync prepares h in another goroutine; the channel gets its
 // error.
 func prepareAsync(ctx context.Context, n *testnode.Node, h state.Holder, reqs []state.DeviceRequest, devs *discovery.Result) <-chan error {
