@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -373,5 +374,43 @@ func TestAdminHoldEndsWithItsProgramming(t *testing.T) {
 	}
 	if _, err := node.Program(ctx, control.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: testnode.SecondAFU, Admin: true}); err != nil {
 		t.Fatalf("the next admin programming of the released port: %v", err)
+	}
+}
+
+// TestListenLongPath: a socket path a client can connect to (107 bytes,
+// the most sun_path holds with its NUL) is one Listen can serve: the
+// private directory it binds in must not make the bound name longer.
+func TestListenLongPath(t *testing.T) {
+	dir, err := os.MkdirTemp("", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	const base = "control.sock"
+	pad := 107 - len(dir) - len("/") - len("/") - len(base)
+	if pad < 1 {
+		t.Skipf("temporary directory %s too long", dir)
+	}
+	path := filepath.Join(dir, strings.Repeat("d", pad), base)
+	if len(path) != 107 {
+		t.Fatalf("path length %d", len(path))
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	srv, err := control.Listen(ctx, path, &control.Node{})
+	if err != nil {
+		t.Fatalf("Listen on a %d-byte path: %v", len(path), err)
+	}
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("dial %s: %v", path, err)
+	}
+	conn.Close()
+	if entries, err := os.ReadDir(filepath.Dir(path)); err != nil || len(entries) != 1 {
+		t.Errorf("the socket's directory holds %v (%v), want only the socket", entries, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := srv.Serve(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
@@ -64,7 +65,15 @@ func Listen(ctx context.Context, path string, h Handler) (*Server, error) {
 	}
 	defer os.RemoveAll(private)
 	tmp := filepath.Join(private, "s")
-	lis, err := net.Listen("unix", tmp)
+	// Bound through the directory's descriptor, the name is short
+	// whatever the directory: a path a client can reach (sun_path holds
+	// 107 bytes) must not fail for the longer temporary one.
+	dirfd, err := unix.Open(private, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: open %s: %w", path, private, err)
+	}
+	lis, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/s", dirfd))
+	unix.Close(dirfd)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: listen on %s: %w", tmp, err)
 	}

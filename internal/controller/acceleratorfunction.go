@@ -108,7 +108,7 @@ func (c *Controller) extendedResourceDomainOf(af *v1alpha1.AcceleratorFunction) 
 		other := &v1alpha1.AcceleratorFunction{}
 		if fromUnstructured(obj, other) != nil || other.DeletionTimestamp != nil ||
 			other.Spec.InterfaceID != af.Spec.InterfaceID || other.Spec.AFUID != af.Spec.AFUID ||
-			len(v1alpha1.ValidateAcceleratorFunction(other)) > 0 {
+			len(v1alpha1.ValidateAcceleratorFunction(other)) > 0 || c.classTakenFrom(other) {
 			continue
 		}
 		if other.CreationTimestamp.Before(&af.CreationTimestamp) ||
@@ -117,6 +117,18 @@ func (c *Controller) extendedResourceDomainOf(af *v1alpha1.AcceleratorFunction) 
 		}
 	}
 	return c.extendedResourceDomain
+}
+
+// classTakenFrom reports whether the name of af's loaded DeviceClass is
+// held by another owner (a name conflict): af then has no class to
+// serve the extended resource name with.
+func (c *Controller) classTakenFrom(af *v1alpha1.AcceleratorFunction) bool {
+	existing, err := c.classes.Get(af.Name)
+	if err != nil {
+		return false
+	}
+	k, ok := ownerKey(existing)
+	return !ok || k != (key{kind: v1alpha1.AcceleratorFunctionKind, name: af.Name})
 }
 
 // functionIDs returns the interface and AFU IDs of an AcceleratorFunction

@@ -286,6 +286,11 @@ func (c *Controller) classChanged(obj any) {
 	}
 	c.queue.Add(key{kind: v1alpha1.AcceleratorFunctionKind, name: class.Name})
 	c.queue.Add(key{kind: v1alpha1.FpgaRegionKind, name: class.Name})
+	// A conflict over a function's class name, come or gone, changes
+	// which of the functions of its IDs serves the extended resource name.
+	if af, err := c.functions.Get(class.Name); err == nil {
+		c.enqueueSharingIDs(af)
+	}
 	if name, ok := strings.CutSuffix(class.Name, v1alpha1.ProgramClassSuffix); ok {
 		c.queue.Add(key{kind: v1alpha1.AcceleratorFunctionKind, name: name})
 	}

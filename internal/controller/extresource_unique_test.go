@@ -23,6 +23,23 @@ func (tc *testController) classesServing(t *testing.T, name string) []string {
 	})
 }
 
+// sameIDs returns the extended resource name of testIfID and testAFUID in
+// the domain fpga.dra.dev, and two functions of those IDs: an af-mode one
+// named older, and an hour younger a pinned region-mode one, nlb0-pinned.
+func sameIDs(t *testing.T, older string) (string, *v1alpha1.AcceleratorFunction, *v1alpha1.AcceleratorFunction) {
+	t.Helper()
+	ern, err := extresource.AFName(testIfID, testAFUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := acceleratorFunction(older, v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID})
+	o.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	n := acceleratorFunction("nlb0-pinned", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID,
+		Mode: v1alpha1.ModeRegion, SHA256: testSHA256})
+	n.CreationTimestamp = metav1.NewTime(o.CreationTimestamp.Add(time.Hour))
+	return "fpga.dra.dev/" + ern, o, n
+}
+
 // TestExtendedResourceNameServedOnce: two AcceleratorFunctions of the same
 // interface and AFU IDs (an unpinned af-mode name and a pinned region-mode
 // one, say) must not both give their class the extended resource name: the
@@ -33,16 +50,7 @@ func (tc *testController) classesServing(t *testing.T, name string) []string {
 // is re-created. The oldest function serves it; once it is gone, the next
 // one takes over.
 func TestExtendedResourceNameServedOnce(t *testing.T) {
-	ern, err := extresource.AFName(testIfID, testAFUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ern = "fpga.dra.dev/" + ern
-	older := acceleratorFunction("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID})
-	older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	newer := acceleratorFunction("nlb0-pinned", v1alpha1.AcceleratorFunctionSpec{AFUID: testAFUID, InterfaceID: testIfID,
-		Mode: v1alpha1.ModeRegion, SHA256: testSHA256})
-	newer.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Hour))
+	ern, older, newer := sameIDs(t, "nlb0")
 
 	tc := newTestController(t, nil, older, newer)
 	tc.extendedResourceDomain = "fpga.dra.dev"
@@ -73,4 +81,24 @@ func TestExtendedResourceNameServedOnce(t *testing.T) {
 		got := tc.classesServing(t, ern)
 		return len(got) == 1 && got[0] == "nlb0-pinned"
 	})
+}
+
+// TestExtendedResourceNameNotLostToAConflict: when the oldest function of
+// some IDs cannot have its class (an FpgaRegion of the same name owns the
+// DeviceClass), the next one must serve the extended resource name, not
+// leave it to no class at all.
+func TestExtendedResourceNameNotLostToAConflict(t *testing.T) {
+	ern, older, newer := sameIDs(t, "shared")
+	tc := newTestController(t, nil, older, newer, fpgaRegion("shared", testIfID))
+	tc.extendedResourceDomain = "fpga.dra.dev"
+	tc.startInformers(t)
+	tc.syncRegion(t, "shared")
+	tc.syncAF(t, "shared")
+	tc.syncAF(t, "nlb0-pinned")
+	if c := condition(t, tc.getAF(t, "shared").Status.Conditions, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonDeviceClassConflict {
+		t.Fatalf("AcceleratorFunction shared Ready = %+v, want a class conflict", c)
+	}
+	if got := tc.classesServing(t, ern); len(got) != 1 || got[0] != "nlb0-pinned" {
+		t.Fatalf("DeviceClasses with extendedResourceName %s: %v, want nlb0-pinned (the oldest function has no class)", ern, got)
+	}
 }

@@ -239,6 +239,10 @@ func (j *journal) wake() {
 // The caller holds j.mu.
 func (s *State) gather(queued bool) {
 	j := &s.journal
+	if j.file.noFlush {
+		// Without a flush to share (SkipSync) a wait only adds latency.
+		return
+	}
 	wait := min(gatherFlushes*j.flushTime, j.maxGather)
 	// Before a flush was timed there is no time to guess with.
 	shared := wait > 0 && (queued || (j.lastCalls > 1 && time.Since(j.lastEnd) < j.streamGap))

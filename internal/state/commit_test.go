@@ -112,6 +112,20 @@ func TestFlushWaitsForExpectedClaimsOnAFastDisk(t *testing.T) {
 	checkConsistent(t, n)
 }
 
+// TestSkipSyncNeverGathers: without a disk flush there is nothing for
+// a change to share, so no write waits for another, expected or not
+// (SkipSync measures what the flush costs; a gather wait there is cost
+// the flush does not have).
+func TestSkipSyncNeverGathers(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, SkipSync: true})
+	devs := n.Devices(t)
+	gathering := make(chan struct{}, 64)
+	state.SetGather(n.State, 0, gatherBound, func() { gathering <- struct{}{} })
+	ctx, end := n.State.Expect(context.Background(), 2)
+	defer end()
+	prepareAtOnce(t, ctx, n, gathering, holder("a"), devs.Ports()[0].DeviceName(), devs)
+}
+
 // prepareAsync prepares h in another goroutine; the channel gets its
 // error.
 func prepareAsync(ctx context.Context, n *testnode.Node, h state.Holder, reqs []state.DeviceRequest, devs *discovery.Result) <-chan error {
