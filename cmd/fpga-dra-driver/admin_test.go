@@ -117,27 +117,20 @@ func TestAdminProgramNewBuildNamesAWorkingFix(t *testing.T) {
 	if _, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", a.sample)...); err != nil {
 		t.Fatal(err)
 	}
-	payload, err := program.SimPayload(simnode.SampleAFUID, 8192)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := program.WriteGBS(&b, program.NewGBSMetadata(simnode.DefaultInterfaceID, simnode.SampleAFUID, "rebuilt"), payload); err != nil {
-		t.Fatal(err)
-	}
-	rebuilt := filepath.Join(t.TempDir(), "rebuilt.gbs")
-	if err := os.WriteFile(rebuilt, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err = execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", rebuilt)...)
+	rebuilt := rebuiltGBS(t, 8192)
+	_, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", rebuilt)...)
 	if err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("programming another build: %v, want a refusal naming --force", err)
 	}
 	if _, err := execute(t, newProgramCommand(), append(a.flags(), "--port", "/dev/dfl-port.0", "--bitstream", rebuilt, "--force")...); err != nil {
 		t.Fatalf("the fix the refusal names fails: %v", err)
 	}
+	want, err := os.ReadFile(rebuilt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := os.ReadFile(filepath.Join(a.repo, simnode.DefaultInterfaceID, simnode.SampleAFUID+".gbs"))
-	if err != nil || !bytes.Equal(got, b.Bytes()) {
+	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the repository does not hold the new build after --force (%v)", err)
 	}
 }

@@ -102,18 +102,7 @@ func TestInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another build of the same AFU: refused without --force.
-	other, err := program.SimPayload(simnode.SampleAFUID, 128)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := program.WriteGBS(&b, program.NewGBSMetadata(simnode.DefaultInterfaceID, simnode.SampleAFUID, "rebuilt"), other); err != nil {
-		t.Fatal(err)
-	}
-	rebuilt := filepath.Join(t.TempDir(), "rebuilt.gbs")
-	if err := os.WriteFile(rebuilt, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rebuilt := rebuiltGBS(t, 128)
 	if _, err := execute(t, newInstallCommand(), "--bitstream-dir", repo, rebuilt); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("overwrite without --force: %v", err)
 	}
@@ -133,4 +122,24 @@ func scanning(t *testing.T, root string) func() *discovery.Result {
 		}
 		return res
 	}
+}
+
+// rebuiltGBS writes a new build of the sample AFU ("rebuilt", with a
+// simulated payload of size bytes) to a temporary file and returns its
+// path.
+func rebuiltGBS(t *testing.T, size int) string {
+	t.Helper()
+	payload, err := program.SimPayload(simnode.SampleAFUID, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := program.WriteGBS(&b, program.NewGBSMetadata(simnode.DefaultInterfaceID, simnode.SampleAFUID, "rebuilt"), payload); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rebuilt.gbs")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
