@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
@@ -105,9 +104,12 @@ func (c *Controller) extendedResourceDomainOf(af *v1alpha1.AcceleratorFunction) 
 		if m, ok := obj.(metav1.Object); !ok || m.GetName() == af.Name {
 			continue
 		}
+		// Only functions of af's IDs are converted and validated.
+		if ifID, afuID := functionIDs(obj); ifID != af.Spec.InterfaceID || afuID != af.Spec.AFUID {
+			continue
+		}
 		other := &v1alpha1.AcceleratorFunction{}
 		if fromUnstructured(obj, other) != nil || other.DeletionTimestamp != nil ||
-			other.Spec.InterfaceID != af.Spec.InterfaceID || other.Spec.AFUID != af.Spec.AFUID ||
 			len(v1alpha1.ValidateAcceleratorFunction(other)) > 0 || c.classTakenFrom(other) {
 			continue
 		}
@@ -144,12 +146,10 @@ func functionIDs(obj any) (interfaceID, afuID string) {
 }
 
 // enqueueSharingIDs enqueues every AcceleratorFunction with the
-// interface and AFU IDs of obj: which of them serves the extended resource
-// name may have changed with obj (extendedResourceDomainOf).
+// interface and AFU IDs of obj (an informer's object, not a tombstone):
+// which of them serves the extended resource name may have changed with
+// obj (extendedResourceDomainOf).
 func (c *Controller) enqueueSharingIDs(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
 	ifID, afuID := functionIDs(obj)
 	if ifID == "" || c.extendedResourceDomain == "" {
 		return
