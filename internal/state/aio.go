@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"unsafe"
@@ -17,11 +18,20 @@ const directAlign = 4096
 // aioWriter writes a file through Linux native AIO on an O_DIRECT
 // descriptor: a durable write (RWF_DSYNC) is submitted and then awaited,
 // so that the disk's flush runs in the kernel while the caller does other
-// work, without a thread handing the write over. One write is in flight
-// at a time; the writer is not safe for concurrent use.
+// work, without a thread handing the write over. The kernel signals the
+// write's end on an eventfd that the Go runtime's poller watches: a
+// caller waiting for it parks its goroutine, not a thread with its P.
+// (Blocked in io_getevents, a waiter held its P until the runtime took it
+// back: with two CPUs, half of them, for much of every flush.) One write
+// is in flight at a time; the writer is not safe for concurrent use.
 type aioWriter struct {
 	fd  int
 	ctx uint64 // aio_context_t
+	// done is the eventfd the kernel signals when a write ends, opened
+	// non-blocking so that reads park in the runtime's poller; doneFD is
+	// its descriptor (done.Fd would make it blocking).
+	done   *os.File
+	doneFD int
 	// buf and cb belong to the kernel while a write is in flight.
 	buf  []byte
 	cb   iocb
@@ -41,8 +51,8 @@ type iocb struct {
 	nbytes  uint64
 	offset  int64
 	_       uint64 // aio_reserved2
-	_       uint32 // aio_flags
-	_       uint32 // aio_resfd
+	flags   uint32 // aio_flags
+	resfd   uint32 // aio_resfd
 }
 
 // ioEvent is struct io_event of <linux/aio_abi.h>.
@@ -56,6 +66,7 @@ type ioEvent struct {
 const (
 	iocbCmdPwrite = 1
 	rwfDSync      = 0x2 // RWF_DSYNC
+	iocbFlagResFD = 0x1 // IOCB_FLAG_RESFD: signal aio_resfd at the end
 )
 
 // openAIO opens path for durable asynchronous writes. It fails where the
@@ -71,6 +82,11 @@ func openAIO(path string) (*aioWriter, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("io_setup: %w", errno)
 	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("eventfd: %w", err), w.close())
+	}
+	w.done, w.doneFD = os.NewFile(uintptr(efd), "checkpoint write events"), efd
 	return w, nil
 }
 
@@ -83,7 +99,7 @@ func (w *aioWriter) submit(b []byte, off int64) error {
 	}
 	w.buf = w.buf[:n]
 	clear(w.buf[copy(w.buf, b):])
-	w.cb = iocb{opcode: iocbCmdPwrite, rwFlags: rwfDSync, fd: uint32(w.fd), buf: uint64(uintptr(unsafe.Pointer(&w.buf[0]))), nbytes: uint64(n), offset: off}
+	w.cb = iocb{opcode: iocbCmdPwrite, rwFlags: rwfDSync, fd: uint32(w.fd), buf: uint64(uintptr(unsafe.Pointer(&w.buf[0]))), nbytes: uint64(n), offset: off, flags: iocbFlagResFD, resfd: uint32(w.doneFD)}
 	w.want = int64(n)
 	cbs := [1]*iocb{&w.cb}
 	for {
@@ -103,6 +119,11 @@ func (w *aioWriter) submit(b []byte, off int64) error {
 // wait waits for the write submit started; it has reached the disk when
 // wait returns nil.
 func (w *aioWriter) wait() error {
+	// The eventfd counts ended writes; the read takes the count (one).
+	var count [8]byte
+	if _, err := io.ReadFull(w.done, count[:]); err != nil {
+		return fmt.Errorf("wait for the write's end: %w", err)
+	}
 	var ev ioEvent
 	for {
 		r, _, errno := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(w.ctx), 1, 1, uintptr(unsafe.Pointer(&ev)), 0, 0)
@@ -128,6 +149,9 @@ func (w *aioWriter) wait() error {
 func (w *aioWriter) close() error {
 	_, _, errno := unix.Syscall(unix.SYS_IO_DESTROY, uintptr(w.ctx), 0, 0)
 	err := unix.Close(w.fd)
+	if w.done != nil {
+		err = errors.Join(err, w.done.Close())
+	}
 	if errno != 0 {
 		return errors.Join(fmt.Errorf("io_destroy: %w", errno), err)
 	}

@@ -448,3 +448,60 @@ func TestWaitIdleEndedWithNothingRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeAfterSnapshotWaitsForNextFlush: a change made after a flush
+// took its snapshot is not answered by that flush's end but by a flush
+// that writes it: when its prepare returns, its record is on the disk.
+func TestChangeAfterSnapshotWaitsForNextFlush(t *testing.T) {
+	n, devs, _ := flushingNode(t, 2, nil)
+	// The late caller, queued behind a flush, waits for more: briefly.
+	state.SetGather(n.State, time.Millisecond, time.Millisecond, nil)
+	flushing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	state.SetOnFlush(n.State, func() {
+		once.Do(func() { close(flushing); <-release })
+	})
+	before := n.State.CheckpointSyncs()
+	first := prepareAsync(context.Background(), n, holder("first"), request(devs.Ports()[0].DeviceName(), nil), devs)
+	await(t, flushing, "the first flush")
+	late := prepareAsync(context.Background(), n, holder("late"), request(devs.Ports()[1].DeviceName(), nil), devs)
+	for deadline := time.Now().Add(guard); state.Waiting(n.State) < 2; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the late prepare did not reach the checkpoint within %s", guard)
+		}
+	}
+	close(release)
+	for _, done := range []<-chan error{first, late} {
+		if err := await(t, done, "the prepares"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkConsistent(t, n) // the late record is on the disk
+	if got := n.State.CheckpointSyncs() - before; got != 2 {
+		t.Errorf("%d flushes, want 2: the late change missed the first", got)
+	}
+}
+
+// TestStreamGuessEndsWhenCallsAreBack: after a flush two calls shared, the
+// next flush's wait for more calls ends once two calls wait again, rather
+// than on its timer: a node's callers sending claim after claim are all
+// back then.
+func TestStreamGuessEndsWhenCallsAreBack(t *testing.T) {
+	n, devs, gathering := flushingNode(t, 4, nil)
+	state.SetStreamGap(n.State, gatherBound)
+	twoCallsShareFlush(t, n, devs, gathering)
+	before := n.State.CheckpointSyncs()
+	var dones []<-chan error
+	for i, name := range []string{"c", "d"} {
+		dones = append(dones, prepareAsync(context.Background(), n, holder(name), request(devs.Ports()[2+i].DeviceName(), nil), devs))
+	}
+	for _, done := range dones {
+		if err := await(t, done, "the two prepares after a stream"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.State.CheckpointSyncs() - before; got != 1 {
+		t.Errorf("the two prepares flushed %d times, want once", got)
+	}
+	checkConsistent(t, n)
+}
