@@ -119,11 +119,12 @@ func (w *aioWriter) submit(b []byte, off int64) error {
 // wait waits for the write submit started; it has reached the disk when
 // wait returns nil.
 func (w *aioWriter) wait() error {
-	// The eventfd counts ended writes; the read takes the count (one).
+	// The eventfd counts ended writes; reading it parks this goroutine
+	// until the write ends. Should the read fail, io_getevents below
+	// waits instead (blocking its thread): either way this write's own
+	// event is taken, never left for the next wait to mistake for its.
 	var count [8]byte
-	if _, err := io.ReadFull(w.done, count[:]); err != nil {
-		return fmt.Errorf("wait for the write's end: %w", err)
-	}
+	_, _ = io.ReadFull(w.done, count[:])
 	var ev ioEvent
 	for {
 		r, _, errno := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(w.ctx), 1, 1, uintptr(unsafe.Pointer(&ev)), 0, 0)

@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func claimN(i int) *ClaimRecord {
@@ -335,5 +339,45 @@ func TestDamagedCheckpointKeptAsideOnce(t *testing.T) {
 	}
 	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
 		t.Fatalf("the same damaged file was kept aside %d times: %v", len(aside), aside)
+	}
+}
+
+// TestAIOWaitTakesItsOwnEvent: a wait whose eventfd read fails still
+// waits for its write and takes its event, so that no later wait takes a
+// write's event for its own (and a failed write for a done one).
+func TestAIOWaitTakesItsOwnEvent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "aio")
+	if err := os.WriteFile(path, make([]byte, 2*directAlign), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := openAIO(path)
+	if err != nil {
+		t.Skipf("no asynchronous writes here: %v", err)
+	}
+	defer w.close()
+	// Every read of the eventfd fails from now on.
+	if err := w.done.SetReadDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := w.submit([]byte{byte(i + 1)}, int64(i)*directAlign); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.wait(); err != nil {
+			t.Fatalf("wait %d: %v", i+1, err)
+		}
+	}
+	var ev ioEvent
+	timeout := unix.Timespec{}
+	n, _, errno := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(w.ctx), 0, 1, uintptr(unsafe.Pointer(&ev)), uintptr(unsafe.Pointer(&timeout)), 0)
+	if errno != 0 || n != 0 {
+		t.Fatalf("events left after every write was waited for: %d (%v)", n, errno)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != 1 || b[directAlign] != 2 {
+		t.Fatalf("file starts its blocks with %d and %d, want 1 and 2", b[0], b[directAlign])
 	}
 }
