@@ -52,7 +52,7 @@ type journal struct {
 	mu    sync.Mutex // serialises flushes: a flight's leader holds it
 	file  *CheckpointFile
 	saved atomic.Uint64 // the newest generation on disk
-	err   error         // the last flush's error, until a flush succeeds
+	err   error         // the last flush's error, until a flush succeeds (State.mu)
 	syncs atomic.Uint64
 	// counts holds, in one word so that a reader sees both change at
 	// once, how many callers are in sync whose change is not yet on the
@@ -146,8 +146,7 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 		s.mu.Lock()
 		if j.saved.Load() >= gen && j.err == nil {
 			s.mu.Unlock()
-			j.leave(call)
-			return func() error { return nil }
+			break
 		}
 		f := j.flight
 		if f == nil {
@@ -162,12 +161,13 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 		s.mu.Unlock()
 		<-f.done
 		if covered && f.err == nil {
-			j.leave(call)
-			return func() error { return nil }
+			break
 		}
 		// Missed, or the flush failed: this caller leads or joins the
 		// next, which tries again.
 	}
+	j.leave(call)
+	return func() error { return nil }
 }
 
 // flight is one flush and the callers waiting for it. Its leader sets err

@@ -283,6 +283,28 @@ func TestFlushAfterStreamEndedIsImmediate(t *testing.T) {
 	checkConsistent(t, n)
 }
 
+// holdFirstFlush makes n's first flush, once it has taken its snapshot,
+// close flushing and wait until release is closed; later flushes run on.
+func holdFirstFlush(n *testnode.Node) (flushing, release chan struct{}) {
+	flushing, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	state.SetOnFlush(n.State, func() {
+		once.Do(func() { close(flushing); <-release })
+	})
+	return flushing, release
+}
+
+// awaitWaiting fails the test unless want callers wait for n's checkpoint
+// to reach the disk within guard; what names the last of them.
+func awaitWaiting(t *testing.T, n *testnode.Node, want int32, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(guard); state.Waiting(n.State) < want; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach the checkpoint within %s", what, guard)
+		}
+	}
+}
+
 // drain empties ch.
 func drain(ch chan struct{}) {
 	for {
@@ -300,19 +322,11 @@ func drain(ch chan struct{}) {
 func TestFlushWaitsWhenQueued(t *testing.T) {
 	n, devs, gathering := flushingNode(t, 2, nil)
 	state.SetGather(n.State, time.Millisecond, time.Millisecond, func() { gathering <- struct{}{} })
-	flushing, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	state.SetOnFlush(n.State, func() {
-		once.Do(func() { close(flushing); <-release })
-	})
+	flushing, release := holdFirstFlush(n)
 	first := prepareAsync(context.Background(), n, holder("first"), request(devs.Ports()[0].DeviceName(), nil), devs)
 	await(t, flushing, "the first flush")
 	queued := prepareAsync(context.Background(), n, holder("queued"), request(devs.Ports()[1].DeviceName(), nil), devs)
-	for deadline := time.Now().Add(guard); state.Waiting(n.State) < 2; runtime.Gosched() {
-		if time.Now().After(deadline) { // the second caller is in sync, behind the first flush
-			t.Fatalf("the second prepare did not reach the checkpoint within %s", guard)
-		}
-	}
+	awaitWaiting(t, n, 2, "the second prepare") // in sync, behind the first flush
 	select {
 	case <-gathering:
 		t.Fatal("the first flush, alone, waited")
@@ -409,11 +423,7 @@ func TestWaitIdleWaitsForAFlush(t *testing.T) {
 	if err := state.HealCheckpointWrites(n.State); err != nil {
 		t.Fatal(err)
 	}
-	flushing, release := make(chan struct{}), make(chan struct{})
-	state.SetOnFlush(n.State, func() {
-		close(flushing)
-		<-release
-	})
+	flushing, release := holdFirstFlush(n)
 	unprepared := make(chan error, 1)
 	go func() { unprepared <- n.State.Unprepare(ctx, holder("x").UID) }()
 	<-flushing
@@ -456,20 +466,12 @@ func TestChangeAfterSnapshotWaitsForNextFlush(t *testing.T) {
 	n, devs, _ := flushingNode(t, 2, nil)
 	// The late caller, queued behind a flush, waits for more: briefly.
 	state.SetGather(n.State, time.Millisecond, time.Millisecond, nil)
-	flushing, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	state.SetOnFlush(n.State, func() {
-		once.Do(func() { close(flushing); <-release })
-	})
+	flushing, release := holdFirstFlush(n)
 	before := n.State.CheckpointSyncs()
 	first := prepareAsync(context.Background(), n, holder("first"), request(devs.Ports()[0].DeviceName(), nil), devs)
 	await(t, flushing, "the first flush")
 	late := prepareAsync(context.Background(), n, holder("late"), request(devs.Ports()[1].DeviceName(), nil), devs)
-	for deadline := time.Now().Add(guard); state.Waiting(n.State) < 2; runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the late prepare did not reach the checkpoint within %s", guard)
-		}
-	}
+	awaitWaiting(t, n, 2, "the late prepare")
 	close(release)
 	for _, done := range []<-chan error{first, late} {
 		if err := await(t, done, "the prepares"); err != nil {
