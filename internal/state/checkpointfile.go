@@ -19,9 +19,9 @@ import (
 // The checkpoint file holds two slots of slotSize bytes. A save writes the
 // encoded checkpoint into the older slot in place, as one durable write,
 // instead of a temporary file, its fsync, a rename and a directory fsync:
-// through Linux native AIO on an O_DIRECT descriptor with RWF_DSYNC where
-// the system allows it (the caller can do other work while the disk
-// flushes), else through a descriptor opened with O_DSYNC. A torn write can
+// on an O_DIRECT descriptor with RWF_DSYNC where the system allows it
+// (through Linux native AIO when the caller does other work while the disk
+// flushes, see aioWriter), else through a descriptor opened with O_DSYNC. A torn write can
 // only damage the slot being written; load takes the newest slot whose
 // checksum holds. Each slot is:
 //
@@ -52,8 +52,9 @@ type CheckpointFile struct {
 	gen      uint64
 	// noFlush leaves the flush out (see Config.SkipSync).
 	noFlush bool
-	// aio writes asynchronously, opened at the first save that flushes
-	// (or WriteMode); nil before, or when off, and then aioOff says why.
+	// aio writes on the O_DIRECT descriptor, opened at the first save
+	// that flushes (or WriteMode); nil before, or when off, and then
+	// aioOff says why.
 	aio    *aioWriter
 	aioOff error
 	// rename, when set, replaces os.Rename in rewrite (tests).
@@ -245,7 +246,7 @@ func keptAside(path string, b []byte) string {
 // Save writes cp into the older slot; it is on the disk when Save returns
 // (unless the flush is off).
 func (cf *CheckpointFile) Save(cp *Checkpoint) error {
-	wait, err := cf.start(cp)
+	wait, err := cf.start(cp, false)
 	if err != nil {
 		return err
 	}
@@ -254,8 +255,10 @@ func (cf *CheckpointFile) Save(cp *Checkpoint) error {
 
 // start begins Save: cp is on the disk once wait returns nil. Between the
 // two the caller may do other work; it must call wait before anything
-// else of cf.
-func (cf *CheckpointFile) start(cp *Checkpoint) (wait func() error, err error) {
+// else of cf. overlap says it has such work: the write then runs
+// asynchronously where it can. Without, it is written before start
+// returns, synchronously (see aioWriter), and wait reports how it went.
+func (cf *CheckpointFile) start(cp *Checkpoint, overlap bool) (wait func() error, err error) {
 	done := func() error { return nil }
 	payload, err := EncodeCheckpoint(cp)
 	if err != nil {
@@ -275,6 +278,17 @@ func (cf *CheckpointFile) start(cp *Checkpoint) (wait func() error, err error) {
 	off := int64(gen%2) * cf.slotSize
 	b := encodeSlot(gen, payload)
 	cf.openAIO()
+	if cf.aio != nil && !overlap {
+		err := cf.aio.write(b, off)
+		switch {
+		case err == nil:
+			cf.gen = gen
+			return done, nil
+		case !unsupported(err):
+			return nil, fmt.Errorf("write checkpoint %s: %w", cf.path, err)
+		}
+		cf.closeAIO(err)
+	}
 	if cf.aio != nil {
 		err := cf.aio.submit(b, off)
 		if err == nil {
@@ -309,7 +323,7 @@ func (cf *CheckpointFile) write(b []byte, off int64, gen uint64) error {
 	return nil
 }
 
-// openAIO opens the asynchronous writer unless it is open, was tried, or
+// openAIO opens the direct writer unless it is open, was tried, or
 // saves do not flush.
 func (cf *CheckpointFile) openAIO() {
 	if cf.aio != nil || cf.aioOff != nil || cf.noFlush {
@@ -318,7 +332,7 @@ func (cf *CheckpointFile) openAIO() {
 	cf.aio, cf.aioOff = openAIO(cf.path)
 }
 
-// closeAIO closes the asynchronous writer. With a reason, writes stay
+// closeAIO closes the direct writer. With a reason, writes stay
 // synchronous for good; without, the next save opens the writer again.
 func (cf *CheckpointFile) closeAIO(reason error) {
 	if cf.aio != nil {
@@ -328,22 +342,24 @@ func (cf *CheckpointFile) closeAIO(reason error) {
 	cf.aioOff = reason
 }
 
-// WriteMode says how saves reach the disk: "asynchronous" (native AIO),
-// "synchronous: <why not asynchronous>", or "not flushed".
+// WriteMode says how saves reach the disk: "direct" (on an O_DIRECT
+// descriptor, through native AIO where the caller overlaps the write),
+// "synchronous: <why not direct>" (an O_DSYNC descriptor), or "not
+// flushed".
 func (cf *CheckpointFile) WriteMode() string {
 	cf.openAIO()
 	switch {
 	case cf.noFlush:
 		return "not flushed"
 	case cf.aio != nil:
-		return "asynchronous"
+		return "direct"
 	}
 	return fmt.Sprintf("synchronous: %v", cf.aioOff)
 }
 
 // reopen opens the file for Save: with O_DSYNC, so that a write returns
-// once it is on the disk, unless noFlush (the asynchronous writer opens at
-// the next save).
+// once it is on the disk, unless noFlush (the direct writer opens at the
+// next save).
 func (cf *CheckpointFile) reopen() error {
 	flags := os.O_RDWR
 	if !cf.noFlush {

@@ -239,13 +239,22 @@ func FuzzReadCheckpoint(f *testing.F) {
 	})
 }
 
-// TestCheckpointFileWriteModes saves through each way of writing (native
-// AIO where this system allows it, and the synchronous write it falls back
-// to) and reads every generation back whole, from a file that keeps its
-// two slots.
+// TestCheckpointFileWriteModes saves through each way of writing (on the
+// O_DIRECT descriptor where this system allows it, through native AIO for
+// a caller that overlaps the write and pwritev2 for one that does not, and
+// the O_DSYNC write they fall back to) and reads every generation back
+// whole, from a file that keeps its two slots.
 func TestCheckpointFileWriteModes(t *testing.T) {
-	for _, mode := range []string{"asynchronous", "synchronous"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode string
+		overlap    bool
+	}{
+		{"direct", "direct", false},
+		{"direct, overlapped", "direct", true},
+		{"synchronous", "synchronous", false},
+	} {
+		mode := tc.mode
+		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), CheckpointFileName)
 			cf, cp, err := OpenCheckpoint(path)
 			if err != nil {
@@ -263,7 +272,11 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 			}
 			for i := 1; i <= 5; i++ {
 				cp.Claims[claimN(i).UID] = claimN(i)
-				if err := cf.Save(cp); err != nil {
+				wait, err := cf.start(cp, tc.overlap)
+				if err == nil {
+					err = wait()
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 				b, err := os.ReadFile(path)
@@ -274,6 +287,9 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 				if err != nil || len(got.Claims) != i || gen != cf.gen || slotSize != cf.slotSize {
 					t.Fatalf("after save %d: %v, %d claims, generation %d of %d, slots of %d bytes (file %d bytes)", i, err, len(got.Claims), gen, cf.gen, slotSize, len(b))
 				}
+			}
+			if got := cf.WriteMode(); !strings.HasPrefix(got, mode) {
+				t.Fatalf("saves fell back: write mode %q, want %s", got, mode)
 			}
 		})
 	}

@@ -223,7 +223,11 @@ func (s *State) lead(f *flight, queued bool, call *announced) (wait func() error
 		j.onFlush()
 	}
 	start := time.Now()
-	waitFile, err := j.file.start(snapshot)
+	// A caller alone does its other work (a prepare writes its CDI spec)
+	// while the disk flushes; the callers of a batch wait for the flush,
+	// which is then written synchronously (see aioWriter).
+	alone := j.lastBatch == 1
+	waitFile, err := j.file.start(snapshot, alone)
 	// end ends the flush; timed, it also counts the flush's duration in
 	// the average (an overlapped flush would count the caller's work too).
 	end := func(timed bool) error {
@@ -245,7 +249,7 @@ func (s *State) lead(f *flight, queued bool, call *announced) (wait func() error
 		finish(true, newest, err)
 		return err
 	}
-	if j.lastBatch == 1 {
+	if alone {
 		return func() error { return end(false) }
 	}
 	err = end(true)

@@ -64,6 +64,11 @@ type Options struct {
 	Registry *oci.Puller
 	// NoRestore leaves State.Restore to the test.
 	NoRestore bool
+	// SimInMemory writes the simulated tree on a tmpfs, as sysfs and /dev
+	// are on a node, so that the disk carries only what the driver writes
+	// (benchmarks: writing back and then discarding the thousands of files
+	// of the trees of earlier runs slowed the flushes they measure).
+	SimInMemory bool
 }
 
 // Node is a simulated node and the daemon's state on it.
@@ -101,7 +106,7 @@ func New(t testing.TB, o Options) *Node {
 	if r := o.Restart; r != nil {
 		n.Sim, n.DataDir, n.RepoDir, n.CDIDir = r.Sim, r.DataDir, r.RepoDir, r.CDIDir
 	} else {
-		n.write(t, o.Sim)
+		n.write(t, o.Sim, o.SimInMemory)
 	}
 	n.Scanner = &discovery.Scanner{Root: n.Sim.Root}
 	var err error
@@ -141,8 +146,8 @@ func New(t testing.TB, o Options) *Node {
 	return n
 }
 
-// write lays out a new tree and directories.
-func (n *Node) write(t testing.TB, sim simnode.Options) {
+// write lays out a new tree (on a tmpfs: inMemory) and directories.
+func (n *Node) write(t testing.TB, sim simnode.Options, inMemory bool) {
 	t.Helper()
 	if sim.Driver == "" {
 		sim.Driver = discovery.DriverDFL
@@ -153,8 +158,12 @@ func (n *Node) write(t testing.TB, sim simnode.Options) {
 	if sim.PortsPerCard == 0 {
 		sim.PortsPerCard = 1
 	}
+	root := t.TempDir()
+	if inMemory {
+		root = tmpfsDir(t)
+	}
 	var err error
-	if n.Sim, err = simnode.Write(t.TempDir(), sim); err != nil {
+	if n.Sim, err = simnode.Write(root, sim); err != nil {
 		t.Fatal(err)
 	}
 	base, err := os.MkdirTemp("", "fdra")
@@ -172,7 +181,8 @@ func (n *Node) write(t testing.TB, sim simnode.Options) {
 }
 
 // tmpfsDir is a directory on a tmpfs when the machine has one, as the CDI
-// spec directory (/var/run/cdi) is on a node, else on the test's disk.
+// spec directory (/var/run/cdi), sysfs and /dev are on a node, else on the
+// test's disk.
 func tmpfsDir(t testing.TB) string {
 	t.Helper()
 	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
