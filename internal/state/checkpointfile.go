@@ -257,7 +257,8 @@ func (cf *CheckpointFile) Save(cp *Checkpoint) error {
 // two the caller may do other work; it must call wait before anything
 // else of cf. overlap says it has such work: the write then runs
 // asynchronously where it can. Without, it is written before start
-// returns, synchronously (see aioWriter), and wait reports how it went.
+// returns, synchronously (see aioWriter): start returns its error, and
+// wait nil.
 func (cf *CheckpointFile) start(cp *Checkpoint, overlap bool) (wait func() error, err error) {
 	done := func() error { return nil }
 	payload, err := EncodeCheckpoint(cp)
@@ -277,6 +278,11 @@ func (cf *CheckpointFile) start(cp *Checkpoint, overlap bool) (wait func() error
 	gen := cf.gen + 1
 	off := int64(gen%2) * cf.slotSize
 	b := encodeSlot(gen, payload)
+	if cf.aio != nil && cf.aio.busy {
+		// A wait failed before taking its write's event: closing waits
+		// for the write, whose buffer the next one would overwrite.
+		cf.closeAIO(nil)
+	}
 	cf.openAIO()
 	if cf.aio != nil && !overlap {
 		err := cf.aio.write(b, off)

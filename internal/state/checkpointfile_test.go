@@ -272,11 +272,7 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 			}
 			for i := 1; i <= 5; i++ {
 				cp.Claims[claimN(i).UID] = claimN(i)
-				wait, err := cf.start(cp, tc.overlap)
-				if err == nil {
-					err = wait()
-				}
-				if err != nil {
+				if err := saveOverlapped(cf, cp, tc.overlap); err != nil {
 					t.Fatal(err)
 				}
 				b, err := os.ReadFile(path)
@@ -291,7 +287,66 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 			if got := cf.WriteMode(); !strings.HasPrefix(got, mode) {
 				t.Fatalf("saves fell back: write mode %q, want %s", got, mode)
 			}
+			// Only a submitted write fills in the iocb: a save that does
+			// not overlap must not have gone through native AIO, nor one
+			// that does through pwritev2.
+			if cf.aio != nil && (cf.aio.cb.nbytes != 0) != tc.overlap {
+				t.Fatalf("overlap %v, yet the iocb holds %d bytes", tc.overlap, cf.aio.cb.nbytes)
+			}
 		})
+	}
+}
+
+// openDirect opens a new checkpoint file at path, closed when the test
+// ends; the test is skipped unless the file is written directly.
+func openDirect(t *testing.T) (cf *CheckpointFile, cp *Checkpoint, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), CheckpointFileName)
+	cf, cp, err := OpenCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cf.Close() })
+	if got := cf.WriteMode(); got != "direct" {
+		t.Skipf("this system writes the checkpoint %s", got)
+	}
+	return cf, cp, path
+}
+
+// saveOverlapped saves cp as a flush does: start, then wait.
+func saveOverlapped(cf *CheckpointFile, cp *Checkpoint, overlap bool) error {
+	wait, err := cf.start(cp, overlap)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// TestCheckpointFileDirectWriteFallsBack: a synchronous direct write that
+// the system refuses (EINVAL: here a buffer O_DIRECT cannot use) is made
+// once through the O_DSYNC descriptor, and the saves after it stay there.
+func TestCheckpointFileDirectWriteFallsBack(t *testing.T) {
+	cf, cp, path := openDirect(t)
+	// One byte past an aligned buffer, with room for a slot: fill keeps
+	// it, and pwritev2 on the O_DIRECT descriptor fails with EINVAL.
+	b := alignedBuffer(int(cf.slotSize) + directAlign)
+	cf.aio.buf = b[1 : 1+directAlign : len(b)]
+	for i := 1; i <= 3; i++ {
+		cp.Claims[claimN(i).UID] = claimN(i)
+		if err := saveOverlapped(cf, cp, false); err != nil {
+			t.Fatalf("save %d: %v", i, err)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gen, _, err := ReadCheckpoint(raw)
+		if err != nil || len(got.Claims) != i || gen != cf.gen {
+			t.Fatalf("after save %d: %v, %d claims, generation %d of %d", i, err, len(got.Claims), gen, cf.gen)
+		}
+	}
+	if got := cf.WriteMode(); !strings.HasPrefix(got, "synchronous: ") || !strings.Contains(got, "invalid argument") {
+		t.Fatalf("write mode %q, want the O_DSYNC write and why", got)
 	}
 }
 
@@ -395,5 +450,31 @@ func TestAIOWaitTakesItsOwnEvent(t *testing.T) {
 	}
 	if b[0] != 1 || b[directAlign] != 2 {
 		t.Fatalf("file starts its blocks with %d and %d, want 1 and 2", b[0], b[directAlign])
+	}
+}
+
+// TestCheckpointFileWriteAfterFailedWait: a save after one whose wait
+// failed before taking its write's event (here: never called) neither
+// overwrites the buffer of that write, which the kernel may still read,
+// nor leaves its event for a later wait to take for its own write's.
+func TestCheckpointFileWriteAfterFailedWait(t *testing.T) {
+	cf, cp, _ := openDirect(t)
+	cp.Claims[claimN(1).UID] = claimN(1)
+	if _, err := cf.start(cp, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 3; i++ {
+		cp.Claims[claimN(i).UID] = claimN(i)
+		if err := saveOverlapped(cf, cp, true); err != nil {
+			t.Fatalf("save %d: %v", i, err)
+		}
+	}
+	// Every write but the abandoned one was waited for: no event is left
+	// once they have all ended.
+	var ev ioEvent
+	timeout := unix.Timespec{Nsec: int64(200 * time.Millisecond)}
+	n, _, errno := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(cf.aio.ctx), 1, 1, uintptr(unsafe.Pointer(&ev)), uintptr(unsafe.Pointer(&timeout)), 0)
+	if errno != 0 || n != 0 {
+		t.Fatalf("an event left after every write was waited for: %d (%v): a wait took another write's event", n, errno)
 	}
 }

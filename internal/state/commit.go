@@ -105,7 +105,7 @@ func (s *State) update(change func(cp *Checkpoint)) uint64 {
 // one (group commit). call is the kubelet call the change belongs to
 // (Expect), or nil. Callers must not hold s.mu.
 func (s *State) sync(gen uint64, call *announced) error {
-	return s.startSync(gen, call)()
+	return s.startSync(gen, call, false)()
 }
 
 // durable returns once every change made so far is on the disk. An
@@ -127,8 +127,10 @@ func (s *State) durable(call *announced) error {
 // startSync is sync in two halves: it starts the flush that makes gen
 // durable and returns wait, which ends it. Between the two the caller may
 // do other work (the disk flushes meanwhile) but must not commit; it
-// must call wait. A flush that other callers wait for is ended before
-// startSync returns, so that no caller's other work holds them up.
+// must call wait. overlap says it has such work: otherwise the flush is
+// written synchronously (see aioWriter). A flush that other callers wait
+// for is ended before startSync returns, so that no caller's other work
+// holds them up.
 //
 // One caller at a time leads a flush (journal.flight). The others wait
 // for the flight that takes their change along, and a flight's callers
@@ -137,7 +139,7 @@ func (s *State) durable(call *announced) error {
 // on one CPU while the others idled. A caller whose change a flight's
 // snapshot missed waits for that flight to end and then leads, or joins,
 // the next.
-func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
+func (s *State) startSync(gen uint64, call *announced, overlap bool) (wait func() error) {
 	j := &s.journal
 	j.enter(call)
 	queued := j.calls() > 1 // another call's flush runs or gathers
@@ -153,7 +155,7 @@ func (s *State) startSync(gen uint64, call *announced) (wait func() error) {
 			f = &flight{done: make(chan struct{})}
 			j.flight = f
 			s.mu.Unlock()
-			return s.lead(f, queued, call)
+			return s.lead(f, queued, call, overlap)
 		}
 		// A flight that has not taken its snapshot yet takes this change
 		// along: it was made before.
@@ -183,7 +185,7 @@ type flight struct {
 // lead runs flight f, which the caller has just made the journal's
 // (startSync): it takes the flush lock, gathers, writes the snapshot and
 // ends f, at once or, for a caller alone, in the wait it returns.
-func (s *State) lead(f *flight, queued bool, call *announced) (wait func() error) {
+func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wait func() error) {
 	j := &s.journal
 	j.mu.Lock()
 	// finish ends f with err and wakes its callers; flushed: a flush of
@@ -223,11 +225,11 @@ func (s *State) lead(f *flight, queued bool, call *announced) (wait func() error
 		j.onFlush()
 	}
 	start := time.Now()
-	// A caller alone does its other work (a prepare writes its CDI spec)
-	// while the disk flushes; the callers of a batch wait for the flush,
-	// which is then written synchronously (see aioWriter).
+	// A caller alone with other work to do (a prepare writes its CDI
+	// spec) does it while the disk flushes; the callers of a batch wait
+	// for the flush, which is then written synchronously (see aioWriter).
 	alone := j.lastBatch == 1
-	waitFile, err := j.file.start(snapshot, alone)
+	waitFile, err := j.file.start(snapshot, alone && overlap)
 	// end ends the flush; timed, it also counts the flush's duration in
 	// the average (an overlapped flush would count the caller's work too).
 	end := func(timed bool) error {

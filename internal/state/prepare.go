@@ -392,7 +392,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	if !alone {
 		go writeSpec()
 	}
-	wait := s.startSync(gen, op.call)
+	wait := s.startSync(gen, op.call, alone)
 	if alone {
 		writeSpec()
 	}

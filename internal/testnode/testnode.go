@@ -158,9 +158,11 @@ func (n *Node) write(t testing.TB, sim simnode.Options, inMemory bool) {
 	if sim.PortsPerCard == 0 {
 		sim.PortsPerCard = 1
 	}
-	root := t.TempDir()
+	var root string
 	if inMemory {
-		root = tmpfsDir(t)
+		root = tmpfsDir(t, "sim")
+	} else {
+		root = t.TempDir()
 	}
 	var err error
 	if n.Sim, err = simnode.Write(root, sim); err != nil {
@@ -172,7 +174,7 @@ func (n *Node) write(t testing.TB, sim simnode.Options, inMemory bool) {
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	n.DataDir = filepath.Join(base, "data")
-	n.RepoDir, n.CDIDir = t.TempDir(), tmpfsDir(t)
+	n.RepoDir, n.CDIDir = t.TempDir(), tmpfsDir(t, "cdi")
 	if err := os.MkdirAll(n.DataDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -182,13 +184,13 @@ func (n *Node) write(t testing.TB, sim simnode.Options, inMemory bool) {
 
 // tmpfsDir is a directory on a tmpfs when the machine has one, as the CDI
 // spec directory (/var/run/cdi), sysfs and /dev are on a node, else on the
-// test's disk.
-func tmpfsDir(t testing.TB) string {
+// test's disk. name goes into the directory's name.
+func tmpfsDir(t testing.TB, name string) string {
 	t.Helper()
 	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
 		return t.TempDir()
 	}
-	dir, err := os.MkdirTemp("/dev/shm", "fdra-cdi-")
+	dir, err := os.MkdirTemp("/dev/shm", "fdra-"+name+"-")
 	if err != nil {
 		return t.TempDir()
 	}
