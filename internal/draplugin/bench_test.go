@@ -152,9 +152,10 @@ func (n *durableNode) p50() time.Duration {
 // the machine does falls on both alike. Between phases the claims are
 // unprepared with the timer stopped. The simulated trees are on a tmpfs,
 // as sysfs and /dev are on a node, and the disk is synced before the
-// timer starts: the disk carries only what the nodes write. It reports the flushing node's
-// checkpoint flushes per prepare (counted where the checkpoint is
-// written), both nodes' median prepare latency and their ratio. metadata
+// timer starts: the disk carries only what the nodes write. It reports
+// the flushing node's checkpoint flushes per prepare (counted where the
+// checkpoint is written), both nodes' median prepare latency and their
+// ratio. metadata
 // turns device metadata on, as the daemon ships: the helper then writes
 // (and flushes) each claim's metadata file.
 func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, metadata bool) {

@@ -107,25 +107,29 @@ func openAIO(path string) (*aioWriter, error) {
 }
 
 // fill copies b into the aligned buffer, padded with zeros to a multiple
-// of directAlign, and returns its length.
-func (w *aioWriter) fill(b []byte) int {
+// of directAlign, and returns its length. It fails while a submitted
+// write is in flight: the kernel may still read the buffer.
+func (w *aioWriter) fill(b []byte) (int, error) {
+	if w.busy {
+		return 0, errors.New("a submitted write is still in flight")
+	}
 	n := (len(b) + directAlign - 1) / directAlign * directAlign
 	if cap(w.buf) < n {
 		w.buf = alignedBuffer(n)
 	}
 	w.buf = w.buf[:n]
 	clear(w.buf[copy(w.buf, b):])
-	return n
+	return n, nil
 }
 
 // write writes b at off (a multiple of directAlign), padded with zeros to a
 // multiple of directAlign; it has reached the disk when write returns nil.
-// No submitted write may be in flight: write fills the buffer it reads.
+// No submitted write may be in flight (see fill).
 func (w *aioWriter) write(b []byte, off int64) error {
-	if w.busy {
-		return errors.New("a submitted write is still in flight")
+	n, err := w.fill(b)
+	if err != nil {
+		return err
 	}
-	n := w.fill(b)
 	for {
 		r, err := unix.Pwritev2(w.fd, [][]byte{w.buf}, off, unix.RWF_DSYNC)
 		switch {
@@ -142,10 +146,10 @@ func (w *aioWriter) write(b []byte, off int64) error {
 
 // submit starts writing b at off as write does; wait ends it.
 func (w *aioWriter) submit(b []byte, off int64) error {
-	if w.busy {
-		return errors.New("a submitted write is still in flight")
+	n, err := w.fill(b)
+	if err != nil {
+		return err
 	}
-	n := w.fill(b)
 	w.cb = iocb{opcode: iocbCmdPwrite, rwFlags: rwfDSync, fd: uint32(w.fd), buf: uint64(uintptr(unsafe.Pointer(&w.buf[0]))), nbytes: uint64(n), offset: off, flags: iocbFlagResFD, resfd: uint32(w.doneFD)}
 	w.want = int64(n)
 	cbs := [1]*iocb{&w.cb}

@@ -284,39 +284,32 @@ func (cf *CheckpointFile) start(cp *Checkpoint, overlap bool) (wait func() error
 		cf.closeAIO(nil)
 	}
 	cf.openAIO()
-	if cf.aio != nil && !overlap {
-		err := cf.aio.write(b, off)
-		switch {
-		case err == nil:
-			cf.gen = gen
-			return done, nil
-		case !unsupported(err):
-			return nil, fmt.Errorf("write checkpoint %s: %w", cf.path, err)
-		}
-		cf.closeAIO(err)
+	switch {
+	case cf.aio == nil:
+		return done, cf.write(b, off, gen)
+	case !overlap:
+		return done, cf.directEnded(cf.aio.write(b, off), b, off, gen)
 	}
-	if cf.aio != nil {
-		err := cf.aio.submit(b, off)
-		if err == nil {
-			return func() error {
-				err := cf.aio.wait()
-				switch {
-				case err == nil:
-					cf.gen = gen
-					return nil
-				case !unsupported(err):
-					return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
-				}
-				cf.closeAIO(err)
-				return cf.write(b, off, gen)
-			}, nil
-		}
-		if !unsupported(err) {
-			return nil, fmt.Errorf("write checkpoint %s: %w", cf.path, err)
-		}
-		cf.closeAIO(err)
+	if err := cf.aio.submit(b, off); err != nil {
+		return done, cf.directEnded(err, b, off, gen)
 	}
-	return done, cf.write(b, off, gen)
+	return func() error { return cf.directEnded(cf.aio.wait(), b, off, gen) }, nil
+}
+
+// directEnded ends a direct write of slot b of generation gen at off that
+// ended with err: a failure the system's refusal explains (unsupported)
+// closes the direct writer for good and writes b through the O_DSYNC
+// descriptor instead.
+func (cf *CheckpointFile) directEnded(err error, b []byte, off int64, gen uint64) error {
+	switch {
+	case err == nil:
+		cf.gen = gen
+		return nil
+	case !unsupported(err):
+		return fmt.Errorf("write checkpoint %s: %w", cf.path, err)
+	}
+	cf.closeAIO(err)
+	return cf.write(b, off, gen)
 }
 
 // write writes slot b of generation gen at off through the O_DSYNC
