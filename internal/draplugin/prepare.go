@@ -90,7 +90,10 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return fail(err)
 	}
 	h := state.Holder{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
-	out, err := c.State.Prepare(ctx, h, reqs, devs)
+	// The answer is built while the record is flushed, when Prepare lets
+	// it; else once Prepare returned.
+	var result *kubeletplugin.PrepareResult
+	out, err := c.State.Prepare(ctx, h, reqs, devs, state.Meanwhile(func(out state.Outcome) { result = c.result(out, devs) }))
 	for _, p := range out.Programmed {
 		if p.Err != nil {
 			c.event(claim, v1.EventTypeWarning, "ProgrammingFailed", "Program", "Loading AFU %s into %s failed after %s: %v", p.AFUID, p.Device, p.Duration.Round(1e6), p.Err)
@@ -112,7 +115,16 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return fail(err)
 	}
 	done(drivermetrics.OutcomeSuccess)
-	result := kubeletplugin.PrepareResult{}
+	if result == nil {
+		result = c.result(out, devs)
+	}
+	c.writeReady(ctx, claim, out, devs)
+	return *result
+}
+
+// result is the kubelet's answer for the prepared devices of out.
+func (c *Claims) result(out state.Outcome, devs *discovery.Result) *kubeletplugin.PrepareResult {
+	result := &kubeletplugin.PrepareResult{}
 	for _, d := range out.Devices {
 		result.Devices = append(result.Devices, kubeletplugin.Device{
 			Requests:     d.Requests,
@@ -122,7 +134,6 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			Metadata:     c.metadata(d, devs),
 		})
 	}
-	c.writeReady(ctx, claim, out, devs)
 	return result
 }
 

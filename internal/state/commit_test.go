@@ -2,8 +2,10 @@ package state_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -504,6 +506,52 @@ func TestStreamGuessEndsWhenCallsAreBack(t *testing.T) {
 	}
 	if got := n.State.CheckpointSyncs() - before; got != 1 {
 		t.Errorf("the two prepares flushed %d times, want once", got)
+	}
+	checkConsistent(t, n)
+}
+
+// TestMeanwhileRunsWhileTheRecordIsFlushed: a prepare that records its
+// holder's devices itself runs the caller's Meanwhile work once, in the
+// calling goroutine, with the outcome Prepare then returns, before its
+// flush has ended (the flush is counted when it ends); a prepare answered
+// from the holder's record, one refused and one that programs run none.
+func TestMeanwhileRunsWhileTheRecordIsFlushed(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}, Programmer: &program.SimProgrammer{}})
+	devs := n.Devices(t)
+	ctx := context.Background()
+	ports := devs.Ports()
+	var ran []state.Outcome
+	var flushesThen []uint64
+	meanwhile := state.Meanwhile(func(out state.Outcome) {
+		ran = append(ran, out)
+		flushesThen = append(flushesThen, n.State.CheckpointSyncs())
+	})
+	before := n.State.CheckpointSyncs()
+	out, err := n.State.Prepare(ctx, holder("a"), request(ports[0].DeviceName(), nil), devs, meanwhile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case len(ran) != 1:
+		t.Fatalf("a prepare that recorded its claim ran the meanwhile work %d times, want once", len(ran))
+	case !reflect.DeepEqual(ran[0].Devices, out.Devices) || len(out.Devices) != 1:
+		t.Fatalf("the meanwhile work saw devices %+v, Prepare returned %+v", ran[0].Devices, out.Devices)
+	case flushesThen[0] != before:
+		t.Fatalf("the meanwhile work ran after the prepare's flush ended (%d flushes then, %d before the prepare)", flushesThen[0], before)
+	case n.State.CheckpointSyncs() != before+1:
+		t.Fatalf("the prepare flushed %d times, want once", n.State.CheckpointSyncs()-before)
+	}
+	if _, err := n.State.Prepare(ctx, holder("a"), request(ports[0].DeviceName(), nil), devs, meanwhile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.State.Prepare(ctx, holder("b"), request(ports[0].DeviceName(), nil), devs, meanwhile); !errors.Is(err, state.ErrDeviceHeld) {
+		t.Fatalf("a prepare of a held device: got %v, want ErrDeviceHeld", err)
+	}
+	if _, err := n.State.Prepare(ctx, holder("c"), request(ports[1].DeviceName(), ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs, meanwhile); err != nil {
+		t.Fatal(err)
+	}
+	if len(ran) != 1 {
+		t.Fatalf("prepares answered from a record, refused or programming ran the meanwhile work: %d runs in all, want 1", len(ran))
 	}
 	checkConsistent(t, n)
 }

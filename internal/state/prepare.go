@@ -45,6 +45,7 @@ type prepareOptions struct {
 	rebuild       bool
 	beforeBinding bool
 	call          *announced
+	meanwhile     func(Outcome)
 }
 
 // BeforeBinding makes the prepare program what its devices need and
@@ -70,6 +71,21 @@ func Supersede(may func(types.UID) bool) PrepareOption {
 // loaded.
 func Rebuild() PrepareOption {
 	return func(o *prepareOptions) { o.rebuild = true }
+}
+
+// Meanwhile gives the prepare work that needs its outcome but not its
+// durability, such as the caller's answer built from it. When this call
+// records the holder's devices itself (nothing to program, no earlier
+// record to answer from) and no other caller is flushing the checkpoint,
+// f runs once, in the calling goroutine, with the outcome, after the CDI
+// spec is written and while the record is being flushed to the disk. In
+// every other case f does not run: a flush shared with other callers has
+// ended by then, and f would only delay this prepare's end, which the next
+// flush may wait for. Prepare may still fail after f ran (the flush
+// failed, an Unprepare began meanwhile): f must not change anything the
+// caller reads before Prepare has succeeded.
+func Meanwhile(f func(Outcome)) PrepareOption {
+	return func(o *prepareOptions) { o.meanwhile = f }
 }
 
 // Prepare prepares a holder's devices. It is idempotent: a completed
@@ -116,9 +132,9 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 			return out, err
 		case plans != nil && len(op.jobs) == 0:
 			// Nothing to program: no reason to leave the caller.
-			s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+			s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs, o.meanwhile)
 		case plans != nil:
-			go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
+			go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs, nil)
 		}
 		out, err := s.await(ctx, op)
 		out.Programmed = append(before, out.Programmed...)
@@ -256,7 +272,7 @@ func sameDevices(rec *ClaimRecord, reqs []DeviceRequest) bool {
 // before any region is touched, runs the programming jobs, then writes the
 // CDI spec and commits the completed record, releasing superseded holders
 // in the same commit.
-func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded []types.UID, devs *discovery.Result) {
+func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded []types.UID, devs *discovery.Result, meanwhile func(Outcome)) {
 	h := op.holder
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
 	if err := s.holdLoaded(h.UID, plans); err != nil {
@@ -378,8 +394,9 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	s.mu.Unlock()
 	// The spec is written while the checkpoint is flushed: in this
 	// goroutine while its own flush runs in the kernel when no other
-	// caller is flushing, else in another goroutine (the flush may wait
-	// for other callers first, and ends before startSync returns).
+	// caller is flushing (and then the caller's Meanwhile work too), else
+	// in another goroutine (the flush may wait for other callers first,
+	// and ends before startSync returns).
 	written := make(chan error, 1)
 	writeSpec := func() {
 		_, err := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
@@ -396,8 +413,20 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	if alone {
 		writeSpec()
 	}
-	err = wait()
 	specErr := <-written
+	out := op.out
+	if specErr == nil {
+		// What needs the spec but not the flush is done before the
+		// wait for it.
+		s.noteWritten(h.UID, recs, devs)
+		for i, r := range recs {
+			out.Devices = append(out.Devices, PreparedDevice{Device: r.Device, Requests: r.Requests, CDIDeviceIDs: []string{ids[i]}, AFUID: r.AFUID})
+		}
+		if alone && meanwhile != nil {
+			meanwhile(out)
+		}
+	}
+	err = wait()
 	if specErr != nil {
 		if uerr := s.commit(op.call, undo); uerr != nil {
 			logger.Error(uerr, "Undoing the record of a claim whose CDI spec could not be written failed; the next prepare or a restart corrects it")
@@ -405,17 +434,12 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		s.finish(op, op.out, fmt.Errorf("write CDI spec for claim %s: %w", h, specErr))
 		return
 	}
-	s.noteWritten(h.UID, recs, devs)
 	s.removeSupersededSpecs(logger, superseded)
 	if err != nil {
 		s.finish(op, op.out, fmt.Errorf("record claim %s: %w", h, err))
 		return
 	}
 	s.step(StepPrepared, h.UID)
-	out := op.out
-	for i, r := range recs {
-		out.Devices = append(out.Devices, PreparedDevice{Device: r.Device, Requests: r.Requests, CDIDeviceIDs: []string{ids[i]}, AFUID: r.AFUID})
-	}
 	logger.V(3).Info("Prepared claim", "devices", len(recs), "superseded", superseded)
 	s.finish(op, out, nil)
 }
