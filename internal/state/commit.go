@@ -105,7 +105,8 @@ func (s *State) update(change func(cp *Checkpoint)) uint64 {
 // one (group commit). call is the kubelet call the change belongs to
 // (Expect), or nil. Callers must not hold s.mu.
 func (s *State) sync(gen uint64, call *announced) error {
-	return s.startSync(gen, call, false)()
+	wait, _ := s.startSync(gen, call, false)
+	return wait()
 }
 
 // durable returns once every change made so far is on the disk. An
@@ -128,9 +129,10 @@ func (s *State) durable(call *announced) error {
 // durable and returns wait, which ends it. Between the two the caller may
 // do other work (the disk flushes meanwhile) but must not commit; it
 // must call wait. overlap says it has such work: otherwise the flush is
-// written synchronously (see aioWriter). A flush that other callers wait
-// for is ended before startSync returns, so that no caller's other work
-// holds them up.
+// written synchronously (see aioWriter). Only a flush the caller leads
+// alone with overlap is left running (flushing): every other one has
+// ended before startSync returns, so that no caller's other work holds
+// up the callers that come for the next.
 //
 // One caller at a time leads a flush (journal.flight). The others wait
 // for the flight that takes their change along, and a flight's callers
@@ -139,7 +141,7 @@ func (s *State) durable(call *announced) error {
 // on one CPU while the others idled. A caller whose change a flight's
 // snapshot missed waits for that flight to end and then leads, or joins,
 // the next.
-func (s *State) startSync(gen uint64, call *announced, overlap bool) (wait func() error) {
+func (s *State) startSync(gen uint64, call *announced, overlap bool) (wait func() error, flushing bool) {
 	j := &s.journal
 	j.enter(call)
 	queued := j.calls() > 1 // another call's flush runs or gathers
@@ -169,7 +171,7 @@ func (s *State) startSync(gen uint64, call *announced, overlap bool) (wait func(
 		// next, which tries again.
 	}
 	j.leave(call)
-	return func() error { return nil }
+	return func() error { return nil }, false
 }
 
 // flight is one flush and the callers waiting for it. Its leader sets err
@@ -184,8 +186,9 @@ type flight struct {
 
 // lead runs flight f, which the caller has just made the journal's
 // (startSync): it takes the flush lock, gathers, writes the snapshot and
-// ends f, at once or, for a caller alone, in the wait it returns.
-func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wait func() error) {
+// ends f, at once or, for a caller alone with overlap, in the wait it
+// returns (flushing).
+func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wait func() error, flushing bool) {
 	j := &s.journal
 	j.mu.Lock()
 	// finish ends f with err and wakes its callers; flushed: a flush of
@@ -212,7 +215,7 @@ func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wai
 		// The next instance may have taken the node over.
 		err := fmt.Errorf("%w: the checkpoint is no longer written", ErrDraining)
 		finish(false, 0, err)
-		return func() error { return err }
+		return func() error { return err }, false
 	}
 	s.gather(queued)
 	j.lastBatch = j.waiting()
@@ -251,11 +254,11 @@ func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wai
 		finish(true, newest, err)
 		return err
 	}
-	if alone {
-		return func() error { return end(false) }
+	if alone && overlap {
+		return func() error { return end(false) }, true
 	}
-	err = end(true)
-	return func() error { return err }
+	err = end(!alone)
+	return func() error { return err }, false
 }
 
 // enter counts a caller of sync of call (nil: a call of its own); leave

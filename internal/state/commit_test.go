@@ -103,11 +103,7 @@ func TestFlushWaitsForExpectedClaimsOnAFastDisk(t *testing.T) {
 	first := prepareAsync(ctx, n, holder("a"), request(devs.Ports()[0].DeviceName(), nil), devs)
 	await(t, gathering, "the first claim's flush to wait for the second")
 	second := prepareAsync(ctx, n, holder("b"), request(devs.Ports()[1].DeviceName(), nil), devs)
-	for _, done := range []<-chan error{first, second} {
-		if err := await(t, done, "the call's prepares"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	awaitPrepares(t, "the call's prepares", first, second)
 	if got := n.State.CheckpointSyncs() - before; got != 1 {
 		t.Fatalf("the call's two prepares flushed %d times, want once", got)
 	}
@@ -126,6 +122,17 @@ func TestSkipSyncNeverGathers(t *testing.T) {
 	ctx, end := n.State.Expect(context.Background(), 2)
 	defer end()
 	prepareAtOnce(t, ctx, n, gathering, holder("a"), devs.Ports()[0].DeviceName(), devs)
+}
+
+// awaitPrepares fails the test unless each of dones (prepareAsync) ends
+// without error within guard; what names them.
+func awaitPrepares(t *testing.T, what string, dones ...<-chan error) {
+	t.Helper()
+	for _, done := range dones {
+		if err := await(t, done, what); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // prepareAsync prepares h in another goroutine; the channel gets its
@@ -245,11 +252,7 @@ func twoCallsShareFlush(t *testing.T, n *testnode.Node, devs *discovery.Result, 
 	for i, name := range []string{"a", "b"} {
 		dones = append(dones, prepareAsync(ctxs[i], n, holder(name), request(devs.Ports()[i].DeviceName(), nil), devs))
 	}
-	for _, done := range dones {
-		if err := await(t, done, "the two calls' prepares"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	awaitPrepares(t, "the two calls' prepares", dones...)
 	for _, end := range ends {
 		end()
 	}
@@ -336,11 +339,7 @@ func TestFlushWaitsWhenQueued(t *testing.T) {
 	}
 	close(release)
 	await(t, gathering, "the queued caller's flush to wait for more")
-	for _, done := range []<-chan error{first, queued} {
-		if err := await(t, done, "the prepares"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	awaitPrepares(t, "the prepares", first, queued)
 	checkConsistent(t, n)
 }
 
@@ -475,11 +474,7 @@ func TestChangeAfterSnapshotWaitsForNextFlush(t *testing.T) {
 	late := prepareAsync(context.Background(), n, holder("late"), request(devs.Ports()[1].DeviceName(), nil), devs)
 	awaitWaiting(t, n, 2, "the late prepare")
 	close(release)
-	for _, done := range []<-chan error{first, late} {
-		if err := await(t, done, "the prepares"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	awaitPrepares(t, "the prepares", first, late)
 	checkConsistent(t, n) // the late record is on the disk
 	if got := n.State.CheckpointSyncs() - before; got != 2 {
 		t.Errorf("%d flushes, want 2: the late change missed the first", got)
@@ -499,11 +494,7 @@ func TestStreamGuessEndsWhenCallsAreBack(t *testing.T) {
 	for i, name := range []string{"c", "d"} {
 		dones = append(dones, prepareAsync(context.Background(), n, holder(name), request(devs.Ports()[2+i].DeviceName(), nil), devs))
 	}
-	for _, done := range dones {
-		if err := await(t, done, "the two prepares after a stream"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	awaitPrepares(t, "the two prepares after a stream", dones...)
 	if got := n.State.CheckpointSyncs() - before; got != 1 {
 		t.Errorf("the two prepares flushed %d times, want once", got)
 	}
@@ -552,6 +543,98 @@ func TestMeanwhileRunsWhileTheRecordIsFlushed(t *testing.T) {
 	}
 	if len(ran) != 1 {
 		t.Fatalf("prepares answered from a record, refused or programming ran the meanwhile work: %d runs in all, want 1", len(ran))
+	}
+	checkConsistent(t, n)
+}
+
+// TestAFlushEndsBeforeTheSpecWrittenBesideIt: a prepare that found
+// another caller flushing writes its CDI spec in another goroutine; the
+// flush it then leads alone ends in startSync, not once that spec is
+// written: another claim's prepare meanwhile waits at most the gather
+// bound, not for the spec.
+func TestAFlushEndsBeforeTheSpecWrittenBesideIt(t *testing.T) {
+	a, b := holder("a"), holder("b")
+	at := map[types.UID]chan struct{}{a.UID: make(chan struct{}), b.UID: make(chan struct{})}
+	release := map[types.UID]chan struct{}{a.UID: make(chan struct{}), b.UID: make(chan struct{})}
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 3}, OnStep: func(step state.Step, uid types.UID) {
+		if step == state.StepSpecWritten && at[uid] != nil {
+			close(at[uid])
+			<-release[uid]
+		}
+	}})
+	state.SetGather(n.State, 0, time.Millisecond, nil)
+	flushing := make(chan struct{}, 8)
+	state.SetOnFlush(n.State, func() { flushing <- struct{}{} })
+	devs := n.Devices(t)
+	ports := devs.Ports()
+	prepare := func(h state.Holder, port int) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.State.Prepare(context.Background(), h, request(ports[port].DeviceName(), nil), devs)
+			done <- err
+		}()
+		return done
+	}
+	// b flushes alone, its flight open while it writes its spec: a
+	// finds it in sync and writes its spec in another goroutine.
+	doneB := prepare(b, 0)
+	<-at[b.UID]
+	<-flushing // b's
+	doneA := prepare(a, 1)
+	<-at[a.UID]
+	close(release[b.UID])
+	// a leads the next flush alone (b left) while its spec is unwritten.
+	<-flushing // a's
+	doneC := prepare(holder("c"), 2)
+	releaseA := sync.OnceFunc(func() { close(release[a.UID]) })
+	select {
+	case err := <-doneC:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(guard):
+		t.Errorf("a prepare of another claim waited for claim a's CDI spec write: the flush a led stayed open")
+		releaseA()
+		<-doneC
+	}
+	releaseA()
+	awaitPrepares(t, "the prepares", doneA, doneB)
+	checkConsistent(t, n)
+}
+
+// TestMeanwhileNotAfterASharedFlush: a prepare that found nobody in sync
+// but whose flush gathered another claim of its kubelet call flushes with
+// it before startSync returns; its Meanwhile work does not run then (the
+// flush has ended: it would only delay the prepare's end).
+func TestMeanwhileNotAfterASharedFlush(t *testing.T) {
+	n := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 2}})
+	devs := n.Devices(t)
+	ports := devs.Ports()
+	ctx, end := n.State.Expect(context.Background(), 2)
+	defer end()
+	other := make(chan error, 1)
+	state.SetGather(n.State, 0, gatherBound, sync.OnceFunc(func() {
+		go func() {
+			_, err := n.State.Prepare(ctx, holder("b"), request(ports[1].DeviceName(), nil), devs)
+			other <- err
+		}()
+	}))
+	before := n.State.CheckpointSyncs()
+	var flushesThen []uint64
+	meanwhile := state.Meanwhile(func(state.Outcome) { flushesThen = append(flushesThen, n.State.CheckpointSyncs()) })
+	if _, err := n.State.Prepare(ctx, holder("a"), request(ports[0].DeviceName(), nil), devs, meanwhile); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	for _, then := range flushesThen {
+		if then != before {
+			t.Errorf("the meanwhile work ran after the prepare's flush ended (%d flushes then, %d before the prepare)", then, before)
+		}
+	}
+	if got := n.State.CheckpointSyncs() - before; got != 1 {
+		t.Errorf("the two prepares flushed %d times, want once", got)
 	}
 	checkConsistent(t, n)
 }

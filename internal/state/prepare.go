@@ -76,14 +76,19 @@ func Rebuild() PrepareOption {
 // Meanwhile gives the prepare work that needs its outcome but not its
 // durability, such as the caller's answer built from it. When this call
 // records the holder's devices itself (nothing to program, no earlier
-// record to answer from) and no other caller is flushing the checkpoint,
-// f runs once, in the calling goroutine, with the outcome, after the CDI
-// spec is written and while the record is being flushed to the disk. In
-// every other case f does not run: a flush shared with other callers has
-// ended by then, and f would only delay this prepare's end, which the next
-// flush may wait for. Prepare may still fail after f ran (the flush
-// failed, an Unprepare began meanwhile): f must not change anything the
-// caller reads before Prepare has succeeded.
+// record to answer from) and flushes the checkpoint alone, f runs once,
+// in the calling goroutine, with the outcome (its Devices as Prepare
+// returns them; Programmed lacks a programming before binding that the
+// call waited for), after the CDI spec is written and while the record is
+// being flushed to the disk. In every other case f does not run: a flush
+// shared with other callers has ended by then, and f would only delay
+// this prepare's end, which the next flush may wait for.
+//
+// Prepare may still fail after f ran (the flush failed, an Unprepare
+// began meanwhile): f must not change anything the caller reads before
+// Prepare has succeeded. f runs while this prepare holds the checkpoint's
+// flush: it must be short and must not call the State (a change it made
+// would wait for that flush, which waits for f).
 func Meanwhile(f func(Outcome)) PrepareOption {
 	return func(o *prepareOptions) { o.meanwhile = f }
 }
@@ -394,9 +399,10 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	s.mu.Unlock()
 	// The spec is written while the checkpoint is flushed: in this
 	// goroutine while its own flush runs in the kernel when no other
-	// caller is flushing (and then the caller's Meanwhile work too), else
-	// in another goroutine (the flush may wait for other callers first,
-	// and ends before startSync returns).
+	// caller is flushing, else in another goroutine (the flush may wait
+	// for other callers first). A flush left running (flushing) hides the
+	// caller's Meanwhile work too; any other has ended before startSync
+	// returns.
 	written := make(chan error, 1)
 	writeSpec := func() {
 		_, err := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
@@ -409,7 +415,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 	if !alone {
 		go writeSpec()
 	}
-	wait := s.startSync(gen, op.call, alone)
+	wait, flushing := s.startSync(gen, op.call, alone)
 	if alone {
 		writeSpec()
 	}
@@ -422,7 +428,7 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 		for i, r := range recs {
 			out.Devices = append(out.Devices, PreparedDevice{Device: r.Device, Requests: r.Requests, CDIDeviceIDs: []string{ids[i]}, AFUID: r.AFUID})
 		}
-		if alone && meanwhile != nil {
+		if flushing && meanwhile != nil {
 			meanwhile(out)
 		}
 	}
