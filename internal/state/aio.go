@@ -85,9 +85,9 @@ const (
 )
 
 // openAIO opens path for durable direct writes, synchronous (write) and
-// asynchronous (submit and wait). It fails where the
-// kernel, the file system (tmpfs has no O_DIRECT) or a seccomp profile
-// does not allow them; the caller then writes synchronously.
+// asynchronous (submit and wait). It fails where the kernel, the file
+// system (tmpfs has no O_DIRECT) or a seccomp profile does not allow
+// them; the caller then writes synchronously.
 func openAIO(path string) (*aioWriter, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -21,9 +21,9 @@ import (
 // instead of a temporary file, its fsync, a rename and a directory fsync:
 // on an O_DIRECT descriptor with RWF_DSYNC where the system allows it
 // (through Linux native AIO when the caller does other work while the disk
-// flushes, see aioWriter), else through a descriptor opened with O_DSYNC. A torn write can
-// only damage the slot being written; load takes the newest slot whose
-// checksum holds. Each slot is:
+// flushes, see aioWriter), else through a descriptor opened with O_DSYNC.
+// A torn write can only damage the slot being written; load takes the
+// newest slot whose checksum holds. Each slot is:
 //
 //	magic "FPGACKP3" | generation uint64 LE | length uint32 LE |
 //	sha256 of generation, length and payload (32 bytes) | payload

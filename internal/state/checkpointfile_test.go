@@ -253,7 +253,6 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 		{"direct, overlapped", "direct", true},
 		{"synchronous", "synchronous", false},
 	} {
-		mode := tc.mode
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), CheckpointFileName)
 			cf, cp, err := OpenCheckpoint(path)
@@ -262,12 +261,12 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 			}
 			defer func() { cf.Close() }()
 			switch got := cf.WriteMode(); {
-			case mode == "synchronous":
+			case tc.mode == "synchronous":
 				cf.closeAIO(errors.New("turned off by the test"))
 				if got := cf.WriteMode(); got != "synchronous: turned off by the test" {
 					t.Fatalf("write mode %q after closeAIO", got)
 				}
-			case got != mode:
+			case got != tc.mode:
 				t.Skipf("this system writes the checkpoint %s", got)
 			}
 			for i := 1; i <= 5; i++ {
@@ -284,8 +283,8 @@ func TestCheckpointFileWriteModes(t *testing.T) {
 					t.Fatalf("after save %d: %v, %d claims, generation %d of %d, slots of %d bytes (file %d bytes)", i, err, len(got.Claims), gen, cf.gen, slotSize, len(b))
 				}
 			}
-			if got := cf.WriteMode(); !strings.HasPrefix(got, mode) {
-				t.Fatalf("saves fell back: write mode %q, want %s", got, mode)
+			if got := cf.WriteMode(); !strings.HasPrefix(got, tc.mode) {
+				t.Fatalf("saves fell back: write mode %q, want %s", got, tc.mode)
 			}
 			// Only a submitted write fills in the iocb: a save that does
 			// not overlap must not have gone through native AIO, nor one

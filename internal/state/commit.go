@@ -232,9 +232,11 @@ func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wai
 	// spec) does it while the disk flushes; the callers of a batch wait
 	// for the flush, which is then written synchronously (see aioWriter).
 	alone := j.lastBatch == 1
-	waitFile, err := j.file.start(snapshot, alone && overlap)
+	overlapped := alone && overlap
+	waitFile, err := j.file.start(snapshot, overlapped)
 	// end ends the flush; timed, it also counts the flush's duration in
-	// the average (an overlapped flush would count the caller's work too).
+	// the average (an overlapped flush would count the caller's work too;
+	// a lone flush, as ever, is not timed).
 	end := func(timed bool) error {
 		if err == nil {
 			err = waitFile()
@@ -254,7 +256,7 @@ func (s *State) lead(f *flight, queued bool, call *announced, overlap bool) (wai
 		finish(true, newest, err)
 		return err
 	}
-	if alone && overlap {
+	if overlapped {
 		return func() error { return end(false) }, true
 	}
 	err = end(!alone)
