@@ -202,7 +202,7 @@ func TestAcceleratorFunctionSchema(t *testing.T) {
 			}
 		})
 	}
-	for _, o := range decodeFile(t, "examples/logical-names.yaml") {
+	for _, o := range decodeFile(t, "examples/logical-names/logical-names.yaml") {
 		if ex, ok := o.obj.(*v1alpha1.AcceleratorFunction); ok {
 			if errs := v.validate(t, ex); len(errs) > 0 {
 				t.Errorf("%s: the API server would reject the example: %v", o.where, errs.ToAggregate())

@@ -103,7 +103,7 @@ func files(t *testing.T, pattern string) []string {
 // TestFilesDecodeStrictly is the schema check of every rendered manifest,
 // CRD and example against the Kubernetes API types.
 func TestFilesDecodeStrictly(t *testing.T) {
-	for _, pattern := range []string{"manifests/*.yaml", "examples/*.yaml", "helm/fpga-dra-driver/crds/*.yaml"} {
+	for _, pattern := range []string{"manifests/*.yaml", "examples/logical-names/*.yaml", "helm/fpga-dra-driver/crds/*.yaml"} {
 		for _, path := range files(t, pattern) {
 			t.Run(path, func(t *testing.T) { decodeFile(t, path) })
 		}
@@ -469,7 +469,7 @@ func allows(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool 
 // accepts and name classes the example logical names create, in the order
 // the firstAvailable pattern needs.
 func TestExamples(t *testing.T) {
-	names := decodeFile(t, "examples/logical-names.yaml")
+	names := decodeFile(t, "examples/logical-names/logical-names.yaml")
 	classes := map[string]bool{}
 	for _, af := range find[*v1alpha1.AcceleratorFunction](names) {
 		classes[af.Name] = true
@@ -480,7 +480,7 @@ func TestExamples(t *testing.T) {
 	for _, r := range find[*v1alpha1.FpgaRegion](names) {
 		classes[r.Name] = true
 	}
-	for _, path := range []string{"examples/af-claim.yaml", "examples/region-claim.yaml", "examples/firstavailable-template.yaml"} {
+	for _, path := range []string{"examples/logical-names/af-claim.yaml", "examples/logical-names/region-claim.yaml", "examples/logical-names/firstavailable-template.yaml"} {
 		for _, o := range decodeFile(t, path) {
 			var spec *resourceapi.ResourceClaimSpec
 			switch v := o.obj.(type) {
