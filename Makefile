@@ -83,10 +83,15 @@ cluster-binaries:
 # holding the sample bitstream, a workload whose claim names it by digest and
 # programs a region, and what the container sees. The cluster stays up;
 # `make demo-down` ends it.
+# Every step announces itself and reports its time, from the first second;
+# the demo ends with the time since `make demo` started.
 DEMO_DIR ?= /tmp/fdra-demo
 demo: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
-	$(GO) run ./test/e2e/demo up --bin "$$bin" --registry "$$reg" --dir $(DEMO_DIR)
+	$(STEP) "building fpga-dra-driver for this host (the admin CLI, and the daemon's first start)" \
+		$(GO) build -o $(BIN)/ ./cmd/fpga-dra-driver && \
+	$(STEP) "building the demo program (test/e2e/demo)" $(GO) build -o $(BIN)/demo ./test/e2e/demo && \
+	$(BIN)/demo up --bin "$$bin" --registry "$$reg" --dir $(DEMO_DIR) --since $(MAKE_START)
 
 demo-down:
 	$(GO) run ./test/e2e/demo down --dir $(DEMO_DIR)
@@ -150,15 +155,23 @@ verify-deployments:
 	hack/verify-crds.sh
 	hack/verify-manifests.sh
 
+# STEP WHAT COMMAND...: announces WHAT, sends COMMAND's output to the build
+# log and reports how long it took (hack/e2e/buildlib.sh's step).
+STEP := bash -c '. hack/e2e/buildlib.sh; step "$$@"' step
+# When this make started: the demo reports its whole time from it.
+MAKE_START := $(shell date +%s)
+
 # Static Linux binaries of both commands, for the images.
 static-binaries:
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w" -o $(STATIC_DIR)/ ./cmd/fpga-dra-driver ./cmd/fpga-dra-controller
+	@$(STEP) "building fpga-dra-driver and fpga-dra-controller, static for linux/$(ARCH) (minutes on a cold build cache)" \
+		env CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w" -o $(STATIC_DIR)/ ./cmd/fpga-dra-driver ./cmd/fpga-dra-controller
 
 # The image without a container engine: an OCI image layout archive of the
 # static binaries on an empty base, the same image the Dockerfile builds.
 # Load it with: ctr -n k8s.io images import $(IMAGES_DIR)/fpga-dra-driver-$(IMAGE_TAG)-linux-$(ARCH).tar
 images: static-binaries
-	cd hack/ociimage && $(GO) run . --image $(IMAGE_REPO):$(IMAGE_TAG) --platform linux/$(ARCH) \
+	@$(STEP) "packing the image $(IMAGE_REPO):$(IMAGE_TAG) into $(IMAGES_DIR)/fpga-dra-driver-$(IMAGE_TAG)-linux-$(ARCH).tar" \
+		$(GO) -C hack/ociimage run . --image $(IMAGE_REPO):$(IMAGE_TAG) --platform linux/$(ARCH) \
 		--entrypoint /usr/bin/fpga-dra-driver \
 		--labels org.opencontainers.image.source=https://github.com/fpga-dra/fpga-dra-driver,org.opencontainers.image.version=$(VERSION) \
 		--file /usr/bin/fpga-dra-driver=$(CURDIR)/$(STATIC_DIR)/fpga-dra-driver \

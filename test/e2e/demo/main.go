@@ -5,7 +5,7 @@
 // and what each step produced. The cluster and the registry stay up; "demo
 // down" ends them.
 //
-//	go run ./test/e2e/demo up --bin DIR --registry FILE [--dir /tmp/fdra-demo]
+//	go run ./test/e2e/demo up --bin DIR --registry FILE [--dir /tmp/fdra-demo] [--since UNIX]
 //	go run ./test/e2e/demo down [--dir /tmp/fdra-demo]
 package main
 
@@ -36,18 +36,23 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demo up --bin DIR --registry FILE [--dir DIR] | demo down [--dir DIR]")
+		fmt.Fprintln(os.Stderr, "usage: demo up --bin DIR --registry FILE [--dir DIR] [--since UNIX] | demo down [--dir DIR]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	dir := fs.String("dir", "/tmp/fdra-demo", "run directory (kept short: unix socket paths are limited)")
 	bin := fs.String("bin", "", "directory with the cluster binaries (hack/e2e/build-cluster-binaries.sh prints it)")
 	registry := fs.String("registry", "", "the CNCF Distribution registry binary (hack/e2e/build-registry.sh prints it)")
+	since := fs.Int64("since", 0, "when make demo started, in Unix `seconds`: the demo reports its whole time from it (default: this program's start)")
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *bin, *registry)
+		p := &progress{since: time.Now()}
+		if *since > 0 {
+			p.since = time.Unix(*since, 0)
+		}
+		err = up(p, *dir, *bin, *registry)
 	case "down":
 		err = localcluster.DownRecorded(*dir)
 		if err == nil {
@@ -62,11 +67,36 @@ func main() {
 	}
 }
 
-func step(n int, format string, args ...any) {
-	fmt.Printf("\n==> %d. %s\n", n, fmt.Sprintf(format, args...))
+// progress numbers the demo's steps, announces each as it starts and says
+// how long it took when the next one starts or the demo ends.
+type progress struct {
+	// since is when `make demo` started.
+	since time.Time
+	n     int
+	start time.Time
 }
 
-func up(dir, bin, registryBin string) error {
+func (p *progress) step(format string, args ...any) {
+	p.done()
+	p.n++
+	p.start = time.Now()
+	fmt.Printf("\n==> %d. %s\n", p.n, fmt.Sprintf(format, args...))
+}
+
+// done reports the time of the current step, if one runs.
+func (p *progress) done() {
+	if p.n > 0 {
+		fmt.Printf("    (step %d done in %s)\n", p.n, time.Since(p.start).Round(100*time.Millisecond))
+	}
+}
+
+// finish reports the last step's time and the whole demo's.
+func (p *progress) finish() {
+	p.done()
+	fmt.Printf("\nmake demo took %s from its start, builds included.\n", time.Since(p.since).Round(time.Second))
+}
+
+func up(p *progress, dir, bin, registryBin string) error {
 	if bin == "" {
 		return errors.New("--bin is required: the directory hack/e2e/build-cluster-binaries.sh printed")
 	}
@@ -84,47 +114,17 @@ func up(dir, bin, registryBin string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	step(1, "Starting a local cluster: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, containerd (CDI on), kubelet")
-	c, err := localcluster.Up(ctx, localcluster.Config{BinDir: bin, Repo: repo, Dir: dir, Detach: true,
-		Logf: func(f string, a ...any) { fmt.Printf("    %s\n", fmt.Sprintf(f, a...)) }})
+	st, err := startNode(ctx, p, repo, dir, bin, registryBin)
 	if err != nil {
 		return err
 	}
-	n, err := c.StartFPGANode(ctx)
-	if err != nil {
-		return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
-	}
-	step(2, "Starting a local OCI registry (CNCF Distribution) and pushing the sample bitstream with the admin CLI")
-	host, err := c.StartRegistry(ctx, registryBin)
-	if err != nil {
-		return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
-	}
-	sample, err := pushSample(ctx, n, host, filepath.Join(dir, "push"))
-	if err != nil {
-		return err
-	}
-	// The registry speaks plain HTTP, which the node allows only for
-	// registries it lists.
-	n.UseRegistry(localcluster.RegistryAccess{Insecure: []string{host}})
-	if archive, ref, ok := localcluster.ChartImage(repo); ok {
-		step(3, "Installing fpga-dra-driver from its Helm chart (%s): the node daemon on a simulated node of 4 DFL cards with simulated partial reconfiguration, allowed plain HTTP to %s, and the controller", ref, host)
-		n.Stop()
-		n.UseChart(archive, ref)
-		if err := n.Start(ctx); err != nil {
-			return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
-		}
-	} else {
-		step(3, "fpga-dra-driver runs as a host process on a simulated node of 4 DFL cards, allowed plain HTTP to %s (no image: `make images` for the Helm chart)", host)
-		if err := n.Reconfigure(ctx); err != nil {
-			return fmt.Errorf("%w (logs in %s)", err, c.LogDir)
-		}
-	}
-	step(4, "The ResourceSlice the driver published (one device per FPGA port)")
+	c, n, host, sample := st.c, st.n, st.host, st.sample
+	p.step("The ResourceSlice the driver published (one device per FPGA port)")
 	if err := printSlice(ctx, c); err != nil {
 		return err
 	}
 
-	step(5, "A DeviceClass for FPGA regions with interface %s, and a workload whose claim asks for AFU %s (loaded nowhere yet) from the registry, pinned by digest", simnode.DefaultInterfaceID, simnode.SampleAFUID)
+	p.step("A DeviceClass for FPGA regions with interface %s, and a workload whose claim asks for AFU %s (loaded nowhere yet) from the registry, pinned by digest", simnode.DefaultInterfaceID, simnode.SampleAFUID)
 	if err := applyWorkload(ctx, c, sample.ref); err != nil {
 		return err
 	}
@@ -136,9 +136,79 @@ func up(dir, bin, registryBin string) error {
 	if err != nil {
 		return err
 	}
-	step(6, "The scheduler allocated claim %s: device %s (pool %s)", claim.Name, device, c.NodeName)
+	p.step("The scheduler allocated claim %s: device %s (pool %s)", claim.Name, device, c.NodeName)
 
-	step(7, "The driver pulled the bitstream, verified it and programmed the region before the container started")
+	p.step("The driver pulled the bitstream, verified it and programmed the region before the container started")
+	if err := printProgramming(ctx, c, n, claim, device, sample); err != nil {
+		return err
+	}
+
+	p.step("What the container sees (printed by the container itself)")
+	if err := printContainerView(ctx, c, pod); err != nil {
+		return err
+	}
+	p.finish()
+
+	fmt.Printf("\nThe cluster stays up. Try:\n    export KUBECONFIG=%s; %s get resourceslices,resourceclaims,pods -A\n", c.AdminKubeconfig, filepath.Join(bin, "kubectl"))
+	fmt.Printf("    %s bitstream inspect --insecure-registries %s %s\n", n.Bin, host, sample.ref)
+	fmt.Println("End it with: make demo-down")
+	return nil
+}
+
+// started is what startNode brought up.
+type started struct {
+	c *localcluster.Cluster
+	n *localcluster.FPGANode
+	// host is the registry's host:port.
+	host   string
+	sample pushed
+}
+
+// startNode starts the local cluster, the registry holding the sample
+// bitstream and the driver on a simulated node (from the Helm chart when
+// `make images` built the image).
+func startNode(ctx context.Context, p *progress, repo, dir, bin, registryBin string) (started, error) {
+	p.step("Starting a local cluster: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, containerd (CDI on), kubelet; then the driver as a host process on a simulated node")
+	c, err := localcluster.Up(ctx, localcluster.Config{BinDir: bin, Repo: repo, Dir: dir, Detach: true,
+		Logf: func(f string, a ...any) { fmt.Printf("    %s\n", fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		return started{}, err
+	}
+	n, err := c.StartFPGANode(ctx)
+	if err != nil {
+		return started{}, fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+	}
+	p.step("Starting a local OCI registry (CNCF Distribution) and pushing the sample bitstream with the admin CLI")
+	host, err := c.StartRegistry(ctx, registryBin)
+	if err != nil {
+		return started{}, fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+	}
+	sample, err := pushSample(ctx, n, host, filepath.Join(dir, "push"))
+	if err != nil {
+		return started{}, err
+	}
+	// The registry speaks plain HTTP, which the node allows only for
+	// registries it lists.
+	n.UseRegistry(localcluster.RegistryAccess{Insecure: []string{host}})
+	if archive, ref, ok := localcluster.ChartImage(repo); ok {
+		p.step("Installing fpga-dra-driver from its Helm chart (%s): the node daemon on a simulated node of 4 DFL cards with simulated partial reconfiguration, allowed plain HTTP to %s, and the controller", ref, host)
+		n.Stop()
+		n.UseChart(archive, ref)
+		if err := n.Start(ctx); err != nil {
+			return started{}, fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+		}
+	} else {
+		p.step("fpga-dra-driver runs as a host process on a simulated node of 4 DFL cards, allowed plain HTTP to %s (no image: `make images` for the Helm chart)", host)
+		if err := n.Reconfigure(ctx); err != nil {
+			return started{}, fmt.Errorf("%w (logs in %s)", err, c.LogDir)
+		}
+	}
+	return started{c: c, n: n, host: host, sample: sample}, nil
+}
+
+// printProgramming shows the claim's events and the slice's new afuID of
+// device, and where the node cached the bitstream.
+func printProgramming(ctx context.Context, c *localcluster.Cluster, n *localcluster.FPGANode, claim *resourceapi.ResourceClaim, device string, sample pushed) error {
 	events, err := c.Client.EventsV1().Events("demo").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -152,8 +222,12 @@ func up(dir, bin, registryBin string) error {
 	if _, err := os.Stat(filepath.Join(n.CacheDir, "blobs", sample.layer)); err == nil {
 		fmt.Printf("    the node keeps it in its cache for the next claims: %s\n", filepath.Join(n.CacheDir, "blobs", sample.layer))
 	}
+	return nil
+}
 
-	step(8, "What the container sees (printed by the container itself)")
+// printContainerView shows the FPGA device nodes and environment the probe
+// container reported.
+func printContainerView(ctx context.Context, c *localcluster.Cluster, pod *corev1.Pod) error {
 	view, err := c.ReadProbe(ctx, pod, "probe", 30*time.Second)
 	if err != nil {
 		return err
@@ -174,10 +248,6 @@ func up(dir, bin, registryBin string) error {
 	for _, k := range keys {
 		fmt.Printf("    %s=%s\n", k, view.Env[k])
 	}
-
-	fmt.Printf("\nThe cluster stays up. Try:\n    export KUBECONFIG=%s; %s get resourceslices,resourceclaims,pods -A\n", c.AdminKubeconfig, filepath.Join(bin, "kubectl"))
-	fmt.Printf("    %s bitstream inspect --insecure-registries %s %s\n", n.Bin, host, sample.ref)
-	fmt.Println("End it with: make demo-down")
 	return nil
 }
 
