@@ -50,7 +50,7 @@ func main() {
 	case "up":
 		p := &progress{since: time.Now()}
 		if *since > 0 {
-			p.since = time.Unix(*since, 0)
+			p.since, p.fromMake = time.Unix(*since, 0), true
 		}
 		err = up(p, *dir, *bin, *registry)
 	case "down":
@@ -70,10 +70,11 @@ func main() {
 // progress numbers the demo's steps, announces each as it starts and says
 // how long it took when the next one starts or the demo ends.
 type progress struct {
-	// since is when `make demo` started.
-	since time.Time
-	n     int
-	start time.Time
+	// since is when the demo started: when make demo started if fromMake.
+	since    time.Time
+	fromMake bool
+	n        int
+	start    time.Time
 }
 
 func (p *progress) step(format string, args ...any) {
@@ -93,7 +94,11 @@ func (p *progress) done() {
 // finish reports the last step's time and the whole demo's.
 func (p *progress) finish() {
 	p.done()
-	fmt.Printf("\nmake demo took %s from its start, builds included.\n", time.Since(p.since).Round(time.Second))
+	if p.fromMake {
+		fmt.Printf("\nmake demo took %s, builds included.\n", time.Since(p.since).Round(time.Second))
+		return
+	}
+	fmt.Printf("\nThe demo took %s.\n", time.Since(p.since).Round(time.Second))
 }
 
 func up(p *progress, dir, bin, registryBin string) error {
