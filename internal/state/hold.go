@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -35,7 +36,7 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 		return res, err
 	case j == nil:
 		// Loaded and recorded: once the record is on the disk.
-		if err := s.durable(nil); err != nil {
+		if err := s.durable(); err != nil {
 			return res, fmt.Errorf("record AFU %s of device %s: %w", afuID, device, err)
 		}
 		return res, nil
@@ -63,7 +64,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, err
 	}
 	holder, held := s.holds[device]
-	rec := s.cp.Claims[string(uid)]
+	rec := s.book.cp.Claims[string(uid)]
 	idx := -1
 	if rec != nil {
 		idx = slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
@@ -73,10 +74,10 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, fmt.Errorf("%w: device %s is not prepared for anyone; only a device allocated to %s can be programmed for it", ErrNotHeld, device, uid)
 	case holder != uid || idx < 0:
 		return nil, false, fmt.Errorf("%w: device %s is prepared for %s, not for %s", ErrNotHeld, device, s.holderName(holder), uid)
-	case s.releasing[uid]:
+	case s.ops.releasing[uid]:
 		return nil, false, fmt.Errorf("%w: %s is being unprepared; device %s is not programmed for it any more", ErrReleasing, s.holderName(uid), device)
 	}
-	switch j := s.jobs[device]; {
+	switch j := s.regions.jobs[device]; {
 	case j != nil && j.holder == uid && j.afu == afuID:
 		return j, false, nil
 	case j != nil:
@@ -117,7 +118,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 // programmed the device, so a release of the holder waits for it.
 func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, devs *discovery.Result) error {
 	s.mu.Lock()
-	rec := s.cp.Claims[string(uid)]
+	rec := s.book.cp.Claims[string(uid)]
 	i := -1
 	if rec != nil && s.holds[device] == uid {
 		i = slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
@@ -127,14 +128,14 @@ func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, 
 		return nil // released meanwhile, or nothing changed
 	}
 	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
-	updated := rec.clone()
+	updated := rec.Clone()
 	updated.Devices[i].AFUID = afuID
 	updated.Devices[i].Programmed = updated.Devices[i].Programmed || programmed
 	s.mu.Unlock()
 	if _, err := s.writeSpec(h, updated.Devices, devs); err != nil {
 		return fmt.Errorf("rewrite the CDI spec after programming: %w", err)
 	}
-	return s.commit(nil, func(cp *Checkpoint) {
+	return s.commit(func(cp *checkpoint.Checkpoint) {
 		if cur := cp.Claims[string(uid)]; cur != nil && s.holds[device] == uid && len(cur.Devices) > i && cur.Devices[i].Device == device {
 			cur.Devices[i].AFUID = afuID
 			cur.Devices[i].Programmed = cur.Devices[i].Programmed || programmed

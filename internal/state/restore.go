@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -51,10 +52,10 @@ type RestoreReport struct {
 // them).
 func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreReport, error) {
 	logger := klog.FromContext(ctx)
-	report := RestoreReport{Damage: s.damaged}
+	report := RestoreReport{Damage: s.book.damaged}
 	var errs []error
-	if s.damaged != "" {
-		logger.Error(nil, "CHECKPOINT DAMAGED: rebuilding holds from CDI specs; no spec is removed until the next start with a sound checkpoint", "damage", s.damaged)
+	if s.book.damaged != "" {
+		logger.Error(nil, "CHECKPOINT DAMAGED: rebuilding holds from CDI specs; no spec is removed until the next start with a sound checkpoint", "damage", s.book.damaged)
 		specs, readErrs := s.cfg.CDI.ReadClaimSpecs()
 		for _, err := range readErrs {
 			report.Kept = append(report.Kept, err)
@@ -66,7 +67,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	}
 	s.mu.Lock()
 	var completed []*ClaimRecord
-	for _, rec := range s.cp.Claims {
+	for _, rec := range s.book.cp.Claims {
 		for _, d := range rec.Devices {
 			if d.LayerDigest != "" && s.cfg.Registry != nil {
 				// The claim may program from the cached copy again.
@@ -79,7 +80,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 			logger.Info("Node rebooted since claim was prepared: regions programmed for it are programmed again at its next prepare", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
 		}
 		if rec.Phase == PhaseCompleted {
-			completed = append(completed, rec.clone())
+			completed = append(completed, rec.Clone())
 		}
 	}
 	s.mu.Unlock()
@@ -98,7 +99,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 			errs = append(errs, fmt.Errorf("restore CDI spec of claim %s: %w", h, err))
 		}
 	}
-	if s.damaged == "" {
+	if s.book.damaged == "" {
 		uids, err := s.cfg.CDI.ListClaimSpecs()
 		if err != nil {
 			errs = append(errs, err)
@@ -128,9 +129,9 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 	s.mu.Lock()
 	// Always saved: the save replaces the damaged file, which until then
 	// tells a start after a kill to recover again.
-	gen := s.update(func(*Checkpoint) {})
+	gen := s.update(func(*checkpoint.Checkpoint) {})
 	for _, spec := range specs {
-		old := s.cp.Claims[spec.UID]
+		old := s.book.cp.Claims[spec.UID]
 		if old != nil && old.Phase == PhaseCompleted {
 			continue
 		}
@@ -142,9 +143,9 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 		}
 		var gone []string
 		for _, other := range displaced {
-			gone = append(gone, fmt.Sprintf("%s (%s)", s.holderName(other), s.cp.Claims[string(other)].Phase))
+			gone = append(gone, fmt.Sprintf("%s (%s)", s.holderName(other), s.book.cp.Claims[string(other)].Phase))
 		}
-		gen = s.update(func(cp *Checkpoint) {
+		gen = s.update(func(cp *checkpoint.Checkpoint) {
 			for _, other := range displaced {
 				s.dropRecord(other)
 			}
@@ -164,7 +165,7 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID), "sameBoot", rec.BootID == s.bootID, "gaveWay", gone)
 	}
 	s.mu.Unlock()
-	if err := s.sync(gen, nil); err != nil {
+	if err := s.sync(gen); err != nil {
 		return fmt.Errorf("record claims recovered from CDI specs: %w", err)
 	}
 	return nil
@@ -193,13 +194,13 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, displaced []types.UID, err error) {
 	rec = &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
 	if old != nil {
-		rec = old.clone()
+		rec = old.Clone()
 		rec.Phase, rec.Devices = PhaseCompleted, nil
 	}
 	loaded := true
 	for _, d := range spec.Devices {
 		if other, held := s.holds[d.Name]; held && other != types.UID(spec.UID) {
-			if o := s.cp.Claims[string(other)]; o == nil || o.Phase == PhaseCompleted {
+			if o := s.book.cp.Claims[string(other)]; o == nil || o.Phase == PhaseCompleted {
 				return nil, nil, fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
 			}
 			if !slices.Contains(displaced, other) {
