@@ -2,16 +2,179 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
 )
+
+// The checkpoint file holds two slots of slotSize bytes. A save writes the
+// encoded checkpoint into the older slot in place, with one write and one
+// fdatasync; a torn write can only damage the slot being written, and a
+// load takes the newest slot whose checksum holds. Each slot is:
+//
+//	magic "FPGACKP3" | generation uint64 LE | length uint32 LE |
+//	sha256 of generation, length and payload (32 bytes) | payload
+//
+// The checksum covers the generation, so that a damaged generation can
+// never make an older slot pass for the newest. (Magic "FPGACKP2", a
+// checksum of the payload alone, was written only during development and
+// is not read.)
+const (
+	slotMagic      = "FPGACKP3"
+	slotHeaderSize = 8 + 8 + 4 + 32
+	minSlotSize    = 64 << 10
+	maxSize        = 64 << 20
+)
+
+type slot struct {
+	gen     uint64
+	payload []byte
+	valid   bool
+}
+
+// encodeSlot is the slot of generation gen holding payload.
+func encodeSlot(gen uint64, payload []byte) []byte {
+	b := make([]byte, slotHeaderSize+len(payload))
+	copy(b, slotMagic)
+	binary.LittleEndian.PutUint64(b[8:], gen)
+	binary.LittleEndian.PutUint32(b[16:], uint32(len(payload)))
+	sum := slotChecksum(b[8:20], payload)
+	copy(b[20:], sum[:])
+	copy(b[slotHeaderSize:], payload)
+	return b
+}
+
+// parseSlot reads one slot; valid means its magic and checksum hold.
+func parseSlot(b []byte) slot {
+	if len(b) < slotHeaderSize || !isSlot(b) {
+		return slot{}
+	}
+	s := slot{gen: binary.LittleEndian.Uint64(b[8:16])}
+	n := int64(binary.LittleEndian.Uint32(b[16:20]))
+	if n > int64(len(b)-slotHeaderSize) {
+		return s
+	}
+	s.payload = b[slotHeaderSize : slotHeaderSize+n]
+	sum := slotChecksum(b[8:20], s.payload)
+	s.valid = bytes.Equal(sum[:], b[20:52])
+	return s
+}
+
+// isSlot reports whether b starts with a slot's magic.
+func isSlot(b []byte) bool { return bytes.HasPrefix(b, []byte(slotMagic)) }
+
+// slotChecksum is the checksum of a slot: its generation and length (the
+// 12 header bytes after the magic) and its payload.
+func slotChecksum(genLen, payload []byte) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write(genLen)
+	h.Write(payload)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// slotOffsets lists where a slot may start in a file of n bytes: 0, and
+// every slot size a save can choose (a power of two from minSlotSize)
+// below n, so that a file that was truncated or extended still shows its
+// second slot.
+func slotOffsets(n int64) []int64 {
+	offs := []int64{0}
+	for size := int64(minSlotSize); size < n && size <= maxSize/2; size *= 2 {
+		offs = append(offs, size)
+	}
+	return offs
+}
+
+// Read decodes a checkpoint file's bytes: the checkpoint of the newest
+// slot whose checksum holds and that decodes. When anything about the
+// file is damaged, the checkpoint comes from a valid slot alone and the
+// error wraps ErrCorrupt and says what was found: the last save may be
+// lost. A slot written by a newer driver fails with ErrNewer.
+func Read(b []byte) (*Checkpoint, error) {
+	cp, _, _, err := read(b)
+	return cp, err
+}
+
+// found is a slot read at off that holds a checkpoint.
+type found struct {
+	off int64
+	gen uint64
+	cp  *Checkpoint
+}
+
+// read is Read that also returns the newest slot's generation and the
+// file's slot size (0 when the file is damaged).
+func read(b []byte) (*Checkpoint, uint64, int64, error) {
+	slots, damage, err := readSlots(b)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if len(slots) == 0 {
+		damage = append(damage, "no slot can be read")
+		return New(), 0, 0, fmt.Errorf("%w: %s", ErrCorrupt, strings.Join(damage, "; "))
+	}
+	best := slots[0]
+	for _, f := range slots[1:] {
+		if f.gen > best.gen {
+			best = f
+		}
+	}
+	n := int64(len(b))
+	switch {
+	case len(damage) > 0:
+	case len(slots) == 1:
+		damage = append(damage, "only one slot was found")
+	case slots[1].off != n/2 || n%2 != 0 || n/2 < minSlotSize:
+		damage = append(damage, fmt.Sprintf("the file has %d bytes, not two slots of %d", n, slots[1].off))
+	}
+	if len(damage) > 0 {
+		return best.cp, best.gen, 0, fmt.Errorf("%w: %s; using generation %d, so the last save may be lost", ErrCorrupt, strings.Join(damage, "; "), best.gen)
+	}
+	return best.cp, best.gen, n / 2, nil
+}
+
+// readSlots returns the slots of b that hold a checkpoint and what is
+// damaged; a slot of a newer driver fails with ErrNewer.
+func readSlots(b []byte) ([]found, []string, error) {
+	var slots []found
+	var damage []string
+	for _, off := range slotOffsets(int64(len(b))) {
+		if off > 0 && !isSlot(b[off:]) {
+			continue
+		}
+		s := parseSlot(b[off:])
+		switch {
+		case off == 0 && !isSlot(b):
+			damage = append(damage, "the first slot's header is missing or overwritten")
+			continue
+		case !s.valid:
+			damage = append(damage, fmt.Sprintf("the slot at byte %d (generation %d) fails its checksum", off, s.gen))
+			continue
+		}
+		cp, err := Decode(s.payload)
+		switch {
+		case errors.Is(err, ErrNewer):
+			return nil, nil, err
+		case cp == nil:
+			damage = append(damage, fmt.Sprintf("the slot at byte %d (generation %d) does not decode: %v", off, s.gen, err))
+			continue
+		case err != nil:
+			damage = append(damage, fmt.Sprintf("the slot at byte %d (generation %d) is inconsistent: %v", off, s.gen, err))
+		}
+		slots = append(slots, found{off: off, gen: s.gen, cp: cp})
+	}
+	return slots, damage, nil
+}
 
 // FileName is the checkpoint's file name in the plugin data directory.
 const FileName = "checkpoint.json"

@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -35,17 +34,11 @@ func (s *State) answer(ctx context.Context, op *op, rec *ClaimRecord, reqs []Dev
 }
 
 // completed answers a prepare of a completed holder, rewriting its CDI
-// spec from its devices' nodes as discovery shows them now: a spec that
-// went missing, or one written before the node's cards were enumerated
-// anew, whose nodes now belong to other ports. A device whose record has no request names
-// (a record rebuilt from a CDI spec after damage, which has none) is
-// answered with those of reqs, so that the kubelet hands it to the
-// containers that asked.
-//
-// It waits for a programming job of the holder's devices (the hook's,
-// ProgramHeld, whose recordAFU writes the spec too) and writes the spec
-// from the record as it is then: never from an older copy after that job
-// wrote the AFU it loaded.
+// spec from its devices' nodes as discovery shows them now (a spec gone
+// missing, or one whose nodes were renumbered). A device recorded without
+// request names (rebuilt from a CDI spec) is answered with reqs'. It holds
+// the devices' port locks, so that it writes the spec from the record as
+// a programming job of the hook left it.
 func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
 	if s.hooks.onCompleted != nil {
 		s.hooks.onCompleted(h.UID)
@@ -85,31 +78,4 @@ func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs
 		out.Devices = append(out.Devices, PreparedDevice{Device: d.Device, Requests: d.Requests, CDIDeviceIDs: []string{d.CDIDeviceID}, AFUID: d.AFUID})
 	}
 	return out, nil
-}
-
-// specDevices resolves a holder's device records to CDI devices.
-func specDevices(recs []DeviceRecord, devs *discovery.Result) ([]cdi.Device, error) {
-	devices := make([]cdi.Device, 0, len(recs))
-	for _, r := range recs {
-		card, port, ok := devs.FindPort(r.Device)
-		if !ok {
-			return nil, fmt.Errorf("device %s is not on this node any more", r.Device)
-		}
-		devices = append(devices, cdi.NewDevice(card, port, r.AFUID))
-	}
-	return devices, nil
-}
-
-// writeSpec writes the CDI spec for a holder's devices and returns the CDI
-// device IDs in device order.
-func (s *State) writeSpec(h Holder, recs []DeviceRecord, devs *discovery.Result) ([]string, error) {
-	devices, err := specDevices(recs, devs)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := s.cfg.CDI.WriteClaimSpec(string(h.UID), devices)
-	if err == nil {
-		s.noteWritten(h.UID, recs, devs)
-	}
-	return ids, err
 }

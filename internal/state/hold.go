@@ -12,22 +12,14 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// ProgramHeld loads the accelerator function afuID into the region behind
-// device for the holder uid that holds it: the legacy device-plugin
-// endpoint's programming hook asks for it just before the holder's
-// container starts. It fails with ErrNotHeld unless uid holds device (and
-// with ErrReleasing while uid is being released), with
-// program.ErrInterfaceMismatch unless interfaceID is the region's
-// interface ID, and with ErrNotProgrammable on a node that forbids
-// programming. The bitstream is looked up in the node's repository from
-// the two IDs, exactly as for a claim's FpgaConfig without a bitstream
-// name; no path is taken from the caller. Nothing is loaded when afuID is
-// loaded already (programming: IfNeeded).
-//
-// ProgramHeld waits for the programming until ctx ends (ErrInProgress; the
-// programming goes on and a repeated call waits for the same job). It is
-// serialised with every other programming of the region. Afterwards the
-// hold's record, and its CDI spec, carry afuID.
+// ProgramHeld loads afuID into the region behind device for uid, which
+// holds it (the legacy endpoint's programming hook, before the holder's
+// container starts), with the policy of a config without a bitstream name
+// and programming IfNeeded. It fails with ErrNotHeld unless uid holds
+// device, ErrReleasing while uid is released, program.ErrInterfaceMismatch
+// and ErrNotProgrammable as a prepare does, and ErrInProgress when ctx
+// ends first (the job goes on). Afterwards the record and the CDI spec
+// carry afuID.
 func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (Programming, error) {
 	res := Programming{Device: device, AFUID: afuID}
 	j, started, err := s.decideProgramHeld(uid, device, interfaceID, afuID, devs)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -277,4 +279,42 @@ func (s *State) LastProgramming(device, afuID string) (at time.Time, took time.D
 		return time.Time{}, 0, false
 	}
 	return l.at, l.took, true
+}
+
+// portLock returns the lock that serialises programming of a device, and
+// the spec writes that must not pass a programming job (lockPorts).
+// Caller holds mu.
+func (s *State) portLock(device string) *sync.Mutex {
+	l := s.regions.locks[device]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.regions.locks[device] = l
+	}
+	return l
+}
+
+// lockPorts takes the port locks of recs' devices, in the order of their
+// names (runJob takes one), and returns their release. Callers must not
+// hold mu or a port lock.
+func (s *State) lockPorts(recs []DeviceRecord) (unlock func()) {
+	devices := make([]string, 0, len(recs))
+	for _, d := range recs {
+		devices = append(devices, d.Device)
+	}
+	slices.Sort(devices)
+	devices = slices.Compact(devices)
+	locks := make([]*sync.Mutex, len(devices))
+	s.mu.Lock()
+	for i, d := range devices {
+		locks[i] = s.portLock(d)
+	}
+	s.mu.Unlock()
+	for _, l := range locks {
+		l.Lock()
+	}
+	return func() {
+		for _, l := range locks {
+			l.Unlock()
+		}
+	}
 }

@@ -2,78 +2,12 @@ package state
 
 import (
 	"errors"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
-
-// portNodes describes a port's device nodes: cdi.NodeString of each,
-// followed by ';'.
-func portNodes(p *discovery.Port) string {
-	var b strings.Builder
-	for _, n := range p.Nodes() {
-		b.WriteString(cdi.NodeString(n.Path, int64(n.Major), int64(n.Minor)))
-		b.WriteByte(';')
-	}
-	return b.String()
-}
-
-// nodeList splits what nodesOf or portNodes describe into its nodes.
-func nodeList(sig string) []string {
-	return strings.FieldsFunc(sig, func(r rune) bool { return r == ';' || r == '|' })
-}
-
-// nodesIn is portNodes of every port of devs, by device name.
-func nodesIn(devs *discovery.Result) map[string]string {
-	m := map[string]string{}
-	for _, c := range devs.Cards {
-		for _, p := range c.Ports {
-			m[p.DeviceName()] = portNodes(p)
-		}
-	}
-	return m
-}
-
-// nodesOf describes the device nodes recs' ports have (nodes: nodesIn of
-// a result); ok is false when one of them is not there (its card left
-// out of the pass).
-func nodesOf(nodes map[string]string, recs []DeviceRecord) (string, bool) {
-	var b strings.Builder
-	for _, d := range recs {
-		n, ok := nodes[d.Device]
-		if !ok {
-			return "", false
-		}
-		b.WriteString(n)
-		b.WriteByte('|')
-	}
-	return b.String(), true
-}
-
-// noteWritten records that uid's CDI spec was written from devs.
-func (s *State) noteWritten(uid types.UID, recs []DeviceRecord, devs *discovery.Result) {
-	nodes := map[string]string{}
-	for _, d := range recs {
-		if _, p, ok := devs.FindPort(d.Device); ok {
-			nodes[d.Device] = portNodes(p)
-		}
-	}
-	sig, ok := nodesOf(nodes, recs)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ok {
-		s.specs.written[uid] = sig
-	} else {
-		delete(s.specs.written, uid)
-	}
-	if s.specs.devs == nil || devs.Started.After(s.specs.devs.Started) {
-		s.specs.devs, s.specs.nodes = devs, nodesIn(devs)
-	}
-}
 
 type refreshWork struct {
 	op  *op

@@ -10,34 +10,6 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 )
 
-// Step names a point in a prepare, a programming or an unprepare where
-// Config.OnStep runs.
-type Step string
-
-const (
-	// StepReserved: the devices are reserved for the holder in memory.
-	StepReserved Step = "reserved"
-	// StepStarted: the holder's record (PhaseStarted) is on disk and
-	// programming may begin.
-	StepStarted Step = "started"
-	// StepProgramming: a region is about to be programmed.
-	StepProgramming Step = "programming"
-	// StepProgrammed: the programmer returned (successfully or not).
-	StepProgrammed Step = "programmed"
-	// StepSpecWritten: the holder's CDI spec is written, its record not
-	// yet committed.
-	StepSpecWritten Step = "spec-written"
-	// StepPrepared: the completed record is on disk; the answer follows.
-	StepPrepared Step = "prepared"
-	// StepSpecRemoved: an unprepare removed the CDI spec; the record is
-	// not yet deleted.
-	StepSpecRemoved Step = "spec-removed"
-	// StepReleased: the record's removal is on disk; the devices are free.
-	StepReleased Step = "released"
-	// StepRenumbered: stale nodes were added to the holder's record.
-	StepRenumbered Step = "renumbered"
-)
-
 // Holder identifies who prepares devices: a ResourceClaim, or for the
 // legacy endpoint a synthetic holder.
 type Holder struct {

@@ -34,22 +34,15 @@ type RestoreReport struct {
 // Restore makes the node match the checkpoint after a (re)start, before
 // the kubelet can call:
 //
-//   - when the checkpoint was found damaged (see New), every CDI spec of a
-//     holder it does not have as completed (not at all, or only started
-//     or programmed) is evidence of a prepared claim: its hold is rebuilt
-//     from the spec (devices, AFU IDs, CDI devices) and recorded as
-//     completed, so its devices stay held until the kubelet unprepares it
-//     and its next prepare programs nothing, and nothing is removed as
-//     unknown;
-//   - the CDI spec of every completed holder is rewritten (the CDI
-//     directory is often a tmpfs that a reboot emptied);
+//   - with a damaged checkpoint, the CDI spec of a holder it does not have
+//     as completed is evidence of a prepared claim: the hold is rebuilt
+//     from the spec and recorded as completed, and no spec is removed;
+//   - the CDI spec of every completed holder is rewritten (a reboot may
+//     have emptied the CDI tmpfs);
 //   - with a sound checkpoint, specs of holders it does not have as
-//     completed are removed: a prepare answers only after its completed
-//     record is on disk, so such a spec was never handed to a container.
+//     completed are removed: such a spec was never handed to a container.
 //
-// Everything recovered or kept is logged as an error and reported.
-// Holders whose devices are gone are kept (the kubelet will unprepare
-// them).
+// What is recovered or kept is logged as an error and reported.
 func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreReport, error) {
 	logger := klog.FromContext(ctx)
 	report := RestoreReport{Damage: s.book.damaged}
@@ -171,25 +164,13 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 	return nil
 }
 
-// recordFromSpec is the completed record of spec's holder: its devices
-// and CDI devices are the spec's; what the spec does not say (the claim's
-// name, requests, what was programmed, the boot) comes from old, the
-// holder's earlier record, when there is one.
-//
-//   - Without old, the record counts as from this boot when every region
-//     still holds the AFU the spec hands over (its next prepare then
-//     programs no region a container may be using), else as from another
-//     boot (its next prepare decides again).
-//   - With old (started or programmed), the spec is used only when every
-//     region holds the spec's AFU: a spec left from before the holder was
-//     prepared again (after a reboot, or with Rebuild) whose programming
-//     then failed must not make that prepare look completed.
-//   - A device another holder holds makes the spec unusable when that
-//     holder is completed; a holder only started or programmed gives way
-//     (displaced): it held the device after the spec's holder had
-//     completed only if it was reserved after that holder's release,
-//     which the spec outlived.
-//
+// recordFromSpec is the completed record of spec's holder: devices and
+// CDI devices from the spec, the rest from old, its earlier record, if
+// any. Without old, it is of this boot when every region still holds the
+// spec's AFU. With old (started or programmed), the spec is used only when
+// every region holds the spec's AFU: an older spec must not make a failed
+// prepare look completed. A completed holder of one of its devices makes
+// the spec unusable; a started or programmed one gives way (displaced).
 // err says why the spec is not used. Caller holds mu.
 func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, displaced []types.UID, err error) {
 	rec = &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}

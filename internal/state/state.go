@@ -1,8 +1,7 @@
 // Package state is the node's single record of which holder (a
 // ResourceClaim, or a legacy device-plugin allocation) holds which FPGA
-// device. The DRA plugin, the legacy device-plugin endpoint, the
-// programming hook and the admin CLI all go through one State, so a device
-// held for one of them is refused to the others.
+// device: every entry point goes through one State, so a device held for
+// one of them is refused to the others.
 //
 // Every change follows the same three steps:
 //
@@ -86,6 +85,34 @@ type Config struct {
 	// rewrite), and the device taints must be published again.
 	OnRenumbered func()
 }
+
+// Step names a point in a prepare, a programming or an unprepare where
+// Config.OnStep runs.
+type Step string
+
+const (
+	// StepReserved: the devices are reserved for the holder in memory.
+	StepReserved Step = "reserved"
+	// StepStarted: the holder's record (PhaseStarted) is on disk and
+	// programming may begin.
+	StepStarted Step = "started"
+	// StepProgramming: a region is about to be programmed.
+	StepProgramming Step = "programming"
+	// StepProgrammed: the programmer returned (successfully or not).
+	StepProgrammed Step = "programmed"
+	// StepSpecWritten: the holder's CDI spec is written, its record not
+	// yet committed.
+	StepSpecWritten Step = "spec-written"
+	// StepPrepared: the completed record is on disk; the answer follows.
+	StepPrepared Step = "prepared"
+	// StepSpecRemoved: an unprepare removed the CDI spec; the record is
+	// not yet deleted.
+	StepSpecRemoved Step = "spec-removed"
+	// StepReleased: the record's removal is on disk; the devices are free.
+	StepReleased Step = "released"
+	// StepRenumbered: stale nodes were added to the holder's record.
+	StepRenumbered Step = "renumbered"
+)
 
 // State is safe for concurrent use. Operations of distinct holders run in
 // parallel; the operations of one holder are one at a time (a second
