@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
@@ -74,13 +75,13 @@ func (f *adminFlags) offline() (*discovery.Result, map[string]*state.ClaimRecord
 		return nil, nil, err
 	}
 	holders := map[string]*state.ClaimRecord{}
-	b, err := os.ReadFile(filepath.Join(f.pluginDir, state.CheckpointFileName))
+	b, err := os.ReadFile(filepath.Join(f.pluginDir, checkpoint.FileName))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		return nil, nil, err
 	default:
-		cp, _, _, err := state.ReadCheckpoint(b)
+		cp, err := checkpoint.Read(b)
 		if err != nil {
 			return nil, nil, fmt.Errorf("the daemon's checkpoint cannot be read whole, so holds may be missing: %w: start the daemon, which rebuilds them from the CDI specs, and ask it", err)
 		}

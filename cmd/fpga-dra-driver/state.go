@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
@@ -75,7 +76,7 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface, metr
 	broadcaster.StartRecordingToSink(ctx.Done())
 	ns := &nodeState{recorder: broadcaster.NewRecorder(scheme.Scheme, "fpga-dra-driver"), metrics: metrics}
 	st, warning, err := state.New(ctx, state.Config{
-		CheckpointPath:      filepath.Join(f.pluginDir, state.CheckpointFileName),
+		CheckpointPath:      filepath.Join(f.pluginDir, checkpoint.FileName),
 		BootIDPath:          bootID,
 		CDI:                 writer,
 		Repository:          repo,
@@ -100,7 +101,7 @@ func newState(ctx context.Context, f runFlags, client kubernetes.Interface, metr
 		return nil, err
 	}
 	if warning != nil {
-		if !errors.Is(warning, state.ErrCorruptCheckpoint) {
+		if !errors.Is(warning, checkpoint.ErrCorrupt) {
 			return nil, warning
 		}
 		logger.Error(warning, "CHECKPOINT CORRUPT: prepared claims may be missing; the file was kept aside for inspection")

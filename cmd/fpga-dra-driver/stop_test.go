@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -83,7 +84,7 @@ func TestStopCancelsProgrammingAfterShutdownWait(t *testing.T) {
 	}()
 	// The checkpoint records the admin's hold as started just before the
 	// programming job starts.
-	checkpoint := filepath.Join(base, "p", state.CheckpointFileName)
+	checkpoint := filepath.Join(base, "p", checkpoint.FileName)
 	for deadline := time.Now().Add(stopFailSafe); !programmingStarted(t, checkpoint); {
 		if time.Now().After(deadline) {
 			t.Fatalf("programming did not start within %s", stopFailSafe)
@@ -110,7 +111,7 @@ func programmingStarted(t *testing.T, path string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, _, _, err := state.ReadCheckpoint(b)
+	cp, err := checkpoint.Read(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func benchmarkConcurrent(b *testing.B, n int) {
 func BenchmarkPrepareConcurrent1(b *testing.B)  { benchmarkConcurrent(b, 1) }
 func BenchmarkPrepareConcurrent64(b *testing.B) { benchmarkConcurrent(b, 64) }
 
-// durableNode is one node of benchmarkDurablePrepare: its claims, a
+// durableNode is the node of benchmarkDurablePrepare: its claims, a
 // phase's worth per element, and what its prepares measured.
 type durableNode struct {
 	pn        *preparingNode
@@ -142,36 +142,24 @@ func (n *durableNode) p50() time.Duration {
 	return n.latencies[len(n.latencies)/2]
 }
 
-// benchmarkDurablePrepare runs two nodes side by side in one process: one
-// that flushes its checkpoint and, as the baseline, one that writes it
-// without flushing (the test-only SkipSync). Each phase, both prepare
-// claims through the kubelet's socket (no programming: the AFU is loaded),
-// workers goroutines at once, each on its own regions one after another,
-// perWorker claims each (1: bursts of workers claims at once; more: a
-// steady stream); the two take turns going first, so that whatever else
-// the machine does falls on both alike. Between phases the claims are
-// unprepared with the timer stopped. The simulated trees are on a tmpfs,
-// as sysfs and /dev are on a node, and the disk is synced before the
-// timer starts: the disk carries only what the nodes write. It reports
-// the flushing node's checkpoint flushes per prepare (counted where the
-// checkpoint is written), both nodes' median prepare latency and their
-// ratio. metadata
-// turns device metadata on, as the daemon ships: the helper then writes
-// (and flushes) each claim's metadata file.
+// benchmarkDurablePrepare prepares claims through the kubelet's socket
+// (no programming: the AFU is loaded), workers goroutines at once, each on
+// its own regions one after another, perWorker claims each (1: bursts of
+// workers claims at once; more: a steady stream). Between phases the
+// claims are unprepared with the timer stopped. The simulated tree is on a
+// tmpfs, as sysfs and /dev are on a node, and the disk is synced before
+// the timer starts: the disk carries only what the node writes. It reports
+// the checkpoint flushes per prepare and the median prepare latency.
+// metadata turns device metadata on, as the daemon ships.
 func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, metadata bool) {
-	var nodes [2]*durableNode
-	for i, skip := range []bool{false, true} {
-		pn := startPreparingNode(b, preparingOptions{sim: simnode.Options{Cards: workers * perWorker}, node: testnode.Options{SkipSync: skip, SimInMemory: true}, deviceMetadata: metadata})
-		nodes[i] = &durableNode{pn: pn, dra: pn.draClient(b)}
-	}
+	pn := startPreparingNode(b, preparingOptions{sim: simnode.Options{Cards: workers * perWorker}, node: testnode.Options{SimInMemory: true}, deviceMetadata: metadata})
+	n := &durableNode{pn: pn, dra: pn.draClient(b)}
 	phases := (b.N + workers*perWorker - 1) / (workers * perWorker)
-	for _, n := range nodes {
-		devices := n.pn.driver.Devices().Ports()
-		n.claims = make([][]*resourceapi.ResourceClaim, phases)
-		for p := range n.claims {
-			for _, d := range devices {
-				n.claims[p] = append(n.claims[p], n.pn.claim(b, []string{d.DeviceName()}))
-			}
+	devices := pn.driver.Devices().Ports()
+	n.claims = make([][]*resourceapi.ResourceClaim, phases)
+	for p := range n.claims {
+		for _, d := range devices {
+			n.claims[p] = append(n.claims[p], pn.claim(b, []string{d.DeviceName()}))
 		}
 	}
 	// What the build and the set-up left for the disk to write back
@@ -180,22 +168,16 @@ func benchmarkDurablePrepare(b *testing.B, workers, perWorker int, metadata bool
 	b.ReportAllocs()
 	b.ResetTimer()
 	for p := range phases {
-		first := p % 2
-		nodes[first].phase(b, p, workers)
-		nodes[1-first].phase(b, p, workers)
+		n.phase(b, p, workers)
 	}
 	b.StopTimer()
-	flushed, baseline := nodes[0], nodes[1]
-	b.ReportMetric(float64(flushed.syncs)/float64(len(flushed.latencies)), "syncs/prepare")
-	b.ReportMetric(float64(flushed.p50().Microseconds()), "p50-µs")
-	b.ReportMetric(float64(baseline.p50().Microseconds()), "nosync-p50-µs")
-	b.ReportMetric(float64(flushed.p50())/float64(baseline.p50()), "p50-ratio")
+	b.ReportMetric(float64(n.syncs)/float64(len(n.latencies)), "syncs/prepare")
+	b.ReportMetric(float64(n.p50().Microseconds()), "p50-µs")
 }
 
-// BenchmarkDurablePrepare: flushes per prepare and median latency, with
-// the checkpoint flushed against the same code not flushing it, at
+// BenchmarkDurablePrepare: flushes per prepare and median latency at
 // concurrency 1 and 8; without device metadata, and with it (the daemon's
-// default) at concurrency 1. An op is one prepare on each node.
+// default) at concurrency 1. An op is one prepare.
 func BenchmarkDurablePrepare(b *testing.B) {
 	for _, load := range []struct {
 		name               string

@@ -742,7 +742,7 @@ func TestBinderRacesKubeletAndDeallocation(t *testing.T) {
 		default:
 		}
 	}}
-	bn = startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 1}, node: testnode.Options{SkipSync: true, Programmer: sim,
+	bn = startBindingNode(t, bindingOptions{sim: simnode.Options{Cards: 1}, node: testnode.Options{MemoryDisk: true, Programmer: sim,
 		OnStep: func(step state.Step, h types.UID) {
 			if step != state.StepProgrammed {
 				return

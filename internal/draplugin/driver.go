@@ -199,7 +199,6 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		// preparer locks per device, and between instances (rolling
 		// update) the State's lock serialises.
 		kubeletplugin.Serialize(false),
-		kubeletplugin.GRPCInterceptor(d.expectInterceptor),
 	}
 	if cfg.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(cfg.PodUID))

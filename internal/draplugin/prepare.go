@@ -90,10 +90,7 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return fail(err)
 	}
 	h := state.Holder{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
-	// The answer is built while the record is flushed, when Prepare lets
-	// it; else once Prepare returned.
-	var result *kubeletplugin.PrepareResult
-	out, err := c.State.Prepare(ctx, h, reqs, devs, state.Meanwhile(func(out state.Outcome) { result = c.result(out, devs) }))
+	out, err := c.State.Prepare(ctx, h, reqs, devs)
 	for _, p := range out.Programmed {
 		if p.Err != nil {
 			c.event(claim, v1.EventTypeWarning, "ProgrammingFailed", "Program", "Loading AFU %s into %s failed after %s: %v", p.AFUID, p.Device, p.Duration.Round(1e6), p.Err)
@@ -115,9 +112,7 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return fail(err)
 	}
 	done(drivermetrics.OutcomeSuccess)
-	if result == nil {
-		result = c.result(out, devs)
-	}
+	result := c.result(out, devs)
 	c.writeReady(ctx, claim, out, devs)
 	return *result
 }

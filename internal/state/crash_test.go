@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
@@ -79,7 +80,7 @@ func crashChild(encoded string) int {
 		if repo, err = program.NewRepository(ctx, plan.RepoDir); err == nil {
 			var st *state.State
 			st, _, err = state.New(ctx, state.Config{
-				CheckpointPath: filepath.Join(plan.DataDir, state.CheckpointFileName),
+				CheckpointPath: filepath.Join(plan.DataDir, checkpoint.FileName),
 				BootIDPath:     filepath.Join(plan.Root, "proc/sys/kernel/random/boot_id"),
 				CDI:            writer, Repository: repo, Programmer: sim, Programmable: true,
 				OnStep: func(step state.Step, _ types.UID) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
@@ -82,7 +83,7 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	devs = n.Devices(t) // b's region now holds NewAFU
-	pristine, err := os.ReadFile(filepath.Join(n.DataDir, state.CheckpointFileName))
+	pristine, err := os.ReadFile(filepath.Join(n.DataDir, checkpoint.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +119,11 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		path := filepath.Join(dir, state.CheckpointFileName)
+		path := filepath.Join(dir, checkpoint.FileName)
 		if err := os.WriteFile(path, d.do(append([]byte(nil), pristine...)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		st, warning, err := state.New(quiet, state.Config{CheckpointPath: path, CDI: n.CDI, Programmable: true, SkipSync: true})
+		st, warning, err := state.New(quiet, state.Config{CheckpointPath: path, CDI: n.CDI, Programmable: true})
 		if err != nil {
 			t.Fatalf("%s: the driver does not start: %v", d.name, err)
 		}
@@ -132,7 +133,7 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 		}
 		if warning != nil {
 			detected++
-			if !errors.Is(warning, state.ErrCorruptCheckpoint) || report.Damage == "" {
+			if !errors.Is(warning, checkpoint.ErrCorrupt) || report.Damage == "" {
 				t.Fatalf("%s: damage not reported: warning %v, report %+v", d.name, warning, report)
 			}
 		}
@@ -237,7 +238,7 @@ func TestDamagedCheckpointKeepsClaimsPrepared(t *testing.T) {
 			if _, err := n.State.Prepare(ctx, a, req, devs); err != nil {
 				t.Fatal(err)
 			}
-			tc.damage(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+			tc.damage(t, filepath.Join(n.DataDir, checkpoint.FileName))
 			if tc.reset {
 				_, port, err := n.Sim.Port(devs.Ports()[0].Node.Name)
 				if err != nil {
@@ -296,7 +297,7 @@ func TestRecoveryNeverGivesAHeldDevice(t *testing.T) {
 	if err := os.WriteFile(n.CDI.SpecPath(string(forged.UID)), forgedSpec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+	damageNewestSlot(t, filepath.Join(n.DataDir, checkpoint.FileName))
 
 	r := testnode.New(t, testnode.Options{Restart: n})
 	if got := r.State.Holders()[ports[0].DeviceName()]; got != a.UID {
@@ -351,7 +352,7 @@ func TestStaleSpecNeverCompletesAFailedPrepare(t *testing.T) {
 	if _, err := rebooted.State.Prepare(ctx, b, request(dev1, nil), rebooted.Devices(t)); err != nil {
 		t.Fatal(err)
 	}
-	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+	damageNewestSlot(t, filepath.Join(n.DataDir, checkpoint.FileName))
 
 	r := testnode.New(t, testnode.Options{Restart: rebooted})
 	if rec, _ := r.State.Claim(a.UID); rec.Phase == state.PhaseCompleted {
@@ -371,7 +372,7 @@ func TestRecoveredClaimKeepsItsRequests(t *testing.T) {
 	a := holder("a")
 	n, dev := preparedNode(t, a, nil)
 	ctx := context.Background()
-	if err := os.WriteFile(filepath.Join(n.DataDir, state.CheckpointFileName), []byte("\x00garbage"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(n.DataDir, checkpoint.FileName), []byte("\x00garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r := testnode.New(t, testnode.Options{Restart: n})
@@ -411,7 +412,7 @@ func TestSpecOutranksAStartedRecord(t *testing.T) {
 	if err := n.State.Unprepare(ctx, x.UID); err != nil {
 		t.Fatalf("the kubelet's retried unprepare of x: %v", err)
 	}
-	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+	damageNewestSlot(t, filepath.Join(n.DataDir, checkpoint.FileName))
 
 	r := testnode.New(t, testnode.Options{Restart: n})
 	if got := r.State.Holders()[dev]; got != y.UID {
@@ -445,7 +446,7 @@ func TestSpecNamingFewerDevicesFreesTheRest(t *testing.T) {
 	if _, err := n.State.Prepare(ctx, x, request(kept, ask(testnode.NewAFU, v1alpha1.ProgrammingNever)), devs); err != nil {
 		t.Fatal(err)
 	}
-	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+	damageNewestSlot(t, filepath.Join(n.DataDir, checkpoint.FileName))
 
 	r := testnode.New(t, testnode.Options{Restart: n})
 	if len(r.Restored.Recovered) != 1 || r.Restored.Recovered[0].UID != x.UID {
@@ -482,7 +483,7 @@ func TestDamageSurvivesAKillBeforeRecovery(t *testing.T) {
 	if _, err := n.State.Prepare(ctx, a, request(dev, ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)), devs); err != nil {
 		t.Fatal(err)
 	}
-	damageNewestSlot(t, filepath.Join(n.DataDir, state.CheckpointFileName))
+	damageNewestSlot(t, filepath.Join(n.DataDir, checkpoint.FileName))
 
 	killed := testnode.New(t, testnode.Options{Restart: n, NoRestore: true})
 	if killed.StateWarning == nil {

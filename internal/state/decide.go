@@ -149,7 +149,7 @@ type plan struct {
 func (s *State) facts(h types.UID, device string, card *discovery.Card, port *discovery.Port, rec *ClaimRecord, superseded func(types.UID) bool) deviceFacts {
 	loadedAFU, loadedSHA, loadedRef, loadedLayer := port.AFUID, "", "", ""
 	seen := card.ReadAt()
-	switch l, ok := s.loaded[device]; {
+	switch l, ok := s.regions.loaded[device]; {
 	case !ok:
 	case seen.IsZero() || seen.Before(l.at):
 		// What this process loaded is newer than a pass that began
@@ -183,7 +183,7 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 		f.ProgrammedForBinding = i >= 0 && rec.Phase == PhaseProgrammed && !f.Rebooted && rec.Devices[i].AFUID == loadedAFU
 	}
 	if other, held := s.holds[device]; held && other != h && !superseded(other) {
-		f.HeldBy, f.Releasing = s.holderName(other), s.releasing[other]
+		f.HeldBy, f.Releasing = s.holderName(other), s.ops.releasing[other]
 	}
 	return f
 }

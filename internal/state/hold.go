@@ -8,25 +8,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// ProgramHeld loads the accelerator function afuID into the region behind
-// device for the holder uid that holds it: the legacy device-plugin
-// endpoint's programming hook asks for it just before the holder's
-// container starts. It fails with ErrNotHeld unless uid holds device (and
-// with ErrReleasing while uid is being released), with
-// program.ErrInterfaceMismatch unless interfaceID is the region's
-// interface ID, and with ErrNotProgrammable on a node that forbids
-// programming. The bitstream is looked up in the node's repository from
-// the two IDs, exactly as for a claim's FpgaConfig without a bitstream
-// name; no path is taken from the caller. Nothing is loaded when afuID is
-// loaded already (programming: IfNeeded).
-//
-// ProgramHeld waits for the programming until ctx ends (ErrInProgress; the
-// programming goes on and a repeated call waits for the same job). It is
-// serialised with every other programming of the region. Afterwards the
-// hold's record, and its CDI spec, carry afuID.
+// ProgramHeld loads afuID into the region behind device for uid, which
+// holds it (the legacy endpoint's programming hook, before the holder's
+// container starts), with the policy of a config without a bitstream name
+// and programming IfNeeded. It fails with ErrNotHeld unless uid holds
+// device, ErrReleasing while uid is released, program.ErrInterfaceMismatch
+// and ErrNotProgrammable as a prepare does, and ErrInProgress when ctx
+// ends first (the job goes on). Afterwards the record and the CDI spec
+// carry afuID.
 func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (Programming, error) {
 	res := Programming{Device: device, AFUID: afuID}
 	j, started, err := s.decideProgramHeld(uid, device, interfaceID, afuID, devs)
@@ -35,7 +28,7 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 		return res, err
 	case j == nil:
 		// Loaded and recorded: once the record is on the disk.
-		if err := s.durable(nil); err != nil {
+		if err := s.durable(); err != nil {
 			return res, fmt.Errorf("record AFU %s of device %s: %w", afuID, device, err)
 		}
 		return res, nil
@@ -63,7 +56,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, err
 	}
 	holder, held := s.holds[device]
-	rec := s.cp.Claims[string(uid)]
+	rec := s.book.cp.Claims[string(uid)]
 	idx := -1
 	if rec != nil {
 		idx = slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
@@ -73,10 +66,10 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, fmt.Errorf("%w: device %s is not prepared for anyone; only a device allocated to %s can be programmed for it", ErrNotHeld, device, uid)
 	case holder != uid || idx < 0:
 		return nil, false, fmt.Errorf("%w: device %s is prepared for %s, not for %s", ErrNotHeld, device, s.holderName(holder), uid)
-	case s.releasing[uid]:
+	case s.ops.releasing[uid]:
 		return nil, false, fmt.Errorf("%w: %s is being unprepared; device %s is not programmed for it any more", ErrReleasing, s.holderName(uid), device)
 	}
-	switch j := s.jobs[device]; {
+	switch j := s.regions.jobs[device]; {
 	case j != nil && j.holder == uid && j.afu == afuID:
 		return j, false, nil
 	case j != nil:
@@ -117,7 +110,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 // programmed the device, so a release of the holder waits for it.
 func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, devs *discovery.Result) error {
 	s.mu.Lock()
-	rec := s.cp.Claims[string(uid)]
+	rec := s.book.cp.Claims[string(uid)]
 	i := -1
 	if rec != nil && s.holds[device] == uid {
 		i = slices.IndexFunc(rec.Devices, func(d DeviceRecord) bool { return d.Device == device })
@@ -127,14 +120,14 @@ func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, 
 		return nil // released meanwhile, or nothing changed
 	}
 	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
-	updated := rec.clone()
+	updated := rec.Clone()
 	updated.Devices[i].AFUID = afuID
 	updated.Devices[i].Programmed = updated.Devices[i].Programmed || programmed
 	s.mu.Unlock()
 	if _, err := s.writeSpec(h, updated.Devices, devs); err != nil {
 		return fmt.Errorf("rewrite the CDI spec after programming: %w", err)
 	}
-	return s.commit(nil, func(cp *Checkpoint) {
+	return s.commit(func(cp *checkpoint.Checkpoint) {
 		if cur := cp.Claims[string(uid)]; cur != nil && s.holds[device] == uid && len(cur.Devices) > i && cur.Devices[i].Device == device {
 			cur.Devices[i].AFUID = afuID
 			cur.Devices[i].Programmed = cur.Devices[i].Programmed || programmed

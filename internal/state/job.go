@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -59,19 +61,19 @@ func (s *State) newJob(ctx context.Context, h Holder, p *plan) *job {
 		card: p.card, port: p.port, started: time.Now(), ctx: ctx, done: make(chan struct{}),
 		logger: klog.LoggerWithValues(klog.FromContext(s.ctx), "claim", klog.KRef(h.Namespace, h.Name), "device", p.req.Device, "afuID", p.AFU),
 	}
-	s.jobs[j.device] = j
+	s.regions.jobs[j.device] = j
 	return j
 }
 
 // abandonJobs ends jobs that never ran (the hold they program for could
-// not be recorded): they leave s.jobs and are done with err, so that a
+// not be recorded): they leave s.regions.jobs and are done with err, so that a
 // release, WaitIdle or a joining caller does not wait for them.
 func (s *State) abandonJobs(jobs []*job, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, j := range jobs {
-		if s.jobs[j.device] == j {
-			delete(s.jobs, j.device)
+		if s.regions.jobs[j.device] == j {
+			delete(s.regions.jobs, j.device)
 		}
 		j.result = Programming{Device: j.device, AFUID: j.afu, Err: err}
 		j.cancel(err)
@@ -86,7 +88,7 @@ func (s *State) hasJobs(uid types.UID) bool { return s.jobOf(uid) != nil }
 // jobOf returns a programming job in flight for uid, or nil. Caller holds
 // mu.
 func (s *State) jobOf(uid types.UID) *job {
-	for _, j := range s.jobs {
+	for _, j := range s.regions.jobs {
 		if j.holder == uid {
 			return j
 		}
@@ -113,14 +115,14 @@ func (s *State) runJob(j *job) {
 	defer j.cancel(nil)
 	defer func() {
 		s.mu.Lock()
-		if s.jobs[j.device] == j {
-			delete(s.jobs, j.device)
+		if s.regions.jobs[j.device] == j {
+			delete(s.regions.jobs, j.device)
 		}
 		s.recheckSpec(j.holder)
 		s.mu.Unlock()
 	}()
 	s.mu.Lock()
-	ok := s.holds[j.device] == j.holder && !s.releasing[j.holder] && j.ctx.Err() == nil
+	ok := s.holds[j.device] == j.holder && !s.ops.releasing[j.holder] && j.ctx.Err() == nil
 	s.mu.Unlock()
 	switch {
 	case !ok:
@@ -174,10 +176,10 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	s.mu.Lock()
 	carried := ""
 	if err == nil {
-		s.loaded[port.DeviceName()] = loadedFile{afu: cfg.AFUID, sha256: loaded.SHA256, reference: cfg.BitstreamRef, layer: res.LayerDigest, at: time.Now(), took: time.Since(start)}
+		s.regions.loaded[port.DeviceName()] = loadedFile{afu: cfg.AFUID, sha256: loaded.SHA256, reference: cfg.BitstreamRef, layer: res.LayerDigest, at: time.Now(), took: time.Since(start)}
 		carried = res.LayerDigest
 	} else {
-		delete(s.loaded, port.DeviceName())
+		delete(s.regions.loaded, port.DeviceName())
 	}
 	s.mu.Unlock()
 	if s.cfg.Registry != nil {
@@ -254,88 +256,65 @@ func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.F
 	return bs, nil
 }
 
-// WaitIdle waits until no programming job and no operation (a prepare
-// committing what its jobs loaded, one answered from a record, a release,
-// a CDI spec rewrite) runs, or ctx ends; once the State's context ended,
-// no rewrite starts. Programming cannot be stopped part way; a process
-// that hands the node to another (a rolling update) stops taking work and
-// calls WaitIdle before it releases the state lock, so that two processes
-// never program, write a spec or commit at once.
-func (s *State) WaitIdle(ctx context.Context) error {
-	for {
-		s.mu.Lock()
-		var running *job
-		for _, j := range s.jobs {
-			running = j
-			break
-		}
-		var busy *op
-		for _, o := range s.ops {
-			select {
-			case <-o.done:
-			default:
-				busy = o
-			}
-		}
-		s.mu.Unlock()
-		if running == nil && busy != nil {
-			// Writing a spec or the checkpoint: short.
-			select {
-			case <-busy.done:
-				continue
-			case <-ctx.Done():
-				return fmt.Errorf("an operation of %s is still running: %w", busy.holder, context.Cause(ctx))
-			}
-		}
-		if running == nil {
-			return s.waitFlush(ctx)
-		}
-		running.logger.Info("Waiting for programming to finish before stopping")
-		select {
-		case <-running.done:
-		case <-ctx.Done():
-			return fmt.Errorf("programming of %s still running: %w", running.device, context.Cause(ctx))
-		}
-	}
+// loadedFile is what a job loaded into a region: reference and layer
+// name the OCI reference and cached layer it came from, if any.
+type loadedFile struct {
+	afu       string
+	sha256    string
+	reference string
+	layer     string
+	// at is when programming ended, took how long it ran.
+	at   time.Time
+	took time.Duration
 }
 
-// waitFlush waits for a checkpoint flush in flight (one outside any
-// operation: an answer made durable after a flush failed), or until ctx
-// ends. Once the State drains, no flush starts after it returned.
-func (s *State) waitFlush(ctx context.Context) error {
-	s.mu.Lock()
-	s.idle = s.draining
-	s.mu.Unlock()
-	if s.journal.mu.TryLock() {
-		// No flush runs: idle, whether or not ctx has ended.
-		s.journal.mu.Unlock()
-		return nil
-	}
-	flushed := make(chan struct{})
-	go func() {
-		// Taking the journal's lock waits for the flush that holds it.
-		s.journal.mu.Lock()
-		defer s.journal.mu.Unlock()
-		close(flushed)
-	}()
-	select {
-	case <-flushed:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("a checkpoint flush is still running: %w", context.Cause(ctx))
-	}
-}
-
-// CancelJobs cancels every programming job in flight with cause: a backend
-// that can stop part way does (XRT ends its xrt-smi), leaving its region
-// in an unknown state that the holder's record (PhaseStarted) makes the
-// next process program again. The stopping daemon calls it once WaitIdle
-// gave up, so that no programming outlives the process that holds the
-// node's state lock.
-func (s *State) CancelJobs(cause error) {
+// LastProgramming reports when this process last loaded afuID into device
+// and how long that took; ok is false when it did not, or loaded
+// something else there since.
+func (s *State) LastProgramming(device, afuID string) (at time.Time, took time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, j := range s.jobs {
-		j.cancel(cause)
+	l, found := s.regions.loaded[device]
+	if !found || l.afu != afuID || l.at.IsZero() {
+		return time.Time{}, 0, false
+	}
+	return l.at, l.took, true
+}
+
+// portLock returns the lock that serialises programming of a device, and
+// the spec writes that must not pass a programming job (lockPorts).
+// Caller holds mu.
+func (s *State) portLock(device string) *sync.Mutex {
+	l := s.regions.locks[device]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.regions.locks[device] = l
+	}
+	return l
+}
+
+// lockPorts takes the port locks of recs' devices, in the order of their
+// names (runJob takes one), and returns their release. Callers must not
+// hold mu or a port lock.
+func (s *State) lockPorts(recs []DeviceRecord) (unlock func()) {
+	devices := make([]string, 0, len(recs))
+	for _, d := range recs {
+		devices = append(devices, d.Device)
+	}
+	slices.Sort(devices)
+	devices = slices.Compact(devices)
+	locks := make([]*sync.Mutex, len(devices))
+	s.mu.Lock()
+	for i, d := range devices {
+		locks[i] = s.portLock(d)
+	}
+	s.mu.Unlock()
+	for _, l := range locks {
+		l.Lock()
+	}
+	return func() {
+		for _, l := range locks {
+			l.Unlock()
+		}
 	}
 }

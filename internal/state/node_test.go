@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -97,11 +98,11 @@ func checkConsistent(t testing.TB, n *testnode.Node) {
 			t.Fatalf("CDI spec of %s, which holds nothing", uid)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(n.DataDir, state.CheckpointFileName))
+	b, err := os.ReadFile(filepath.Join(n.DataDir, checkpoint.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, _, _, err := state.ReadCheckpoint(b)
+	cp, err := checkpoint.Read(b)
 	if err != nil {
 		t.Fatalf("checkpoint on disk: %v", err)
 	}

@@ -32,8 +32,8 @@ type racingNode struct {
 func newRacingNode(t *testing.T) *racingNode {
 	r := &racingNode{}
 	r.Node = testnode.New(t, testnode.Options{
-		Sim:      simnode.Options{Cards: 1},
-		SkipSync: true, // the races are about the lock, not the disk
+		Sim:        simnode.Options{Cards: 1},
+		MemoryDisk: true, // the races are about the lock, not the disk
 		OnStep: func(step state.Step, h types.UID) {
 			if step != state.StepProgrammed {
 				return

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -226,11 +227,11 @@ func TestSupersedeWithProgramming(t *testing.T) {
 		t.Fatalf("superseding prepare held at the gate: %v, want in progress", err)
 	}
 	<-started
-	b, err := os.ReadFile(filepath.Join(n.DataDir, state.CheckpointFileName))
+	b, err := os.ReadFile(filepath.Join(n.DataDir, checkpoint.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, _, _, err := state.ReadCheckpoint(b)
+	cp, err := checkpoint.Read(b)
 	if err != nil {
 		t.Fatalf("checkpoint on the disk while the superseding holder programs: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -33,28 +34,21 @@ type RestoreReport struct {
 // Restore makes the node match the checkpoint after a (re)start, before
 // the kubelet can call:
 //
-//   - when the checkpoint was found damaged (see New), every CDI spec of a
-//     holder it does not have as completed (not at all, or only started
-//     or programmed) is evidence of a prepared claim: its hold is rebuilt
-//     from the spec (devices, AFU IDs, CDI devices) and recorded as
-//     completed, so its devices stay held until the kubelet unprepares it
-//     and its next prepare programs nothing, and nothing is removed as
-//     unknown;
-//   - the CDI spec of every completed holder is rewritten (the CDI
-//     directory is often a tmpfs that a reboot emptied);
+//   - with a damaged checkpoint, the CDI spec of a holder it does not have
+//     as completed is evidence of a prepared claim: the hold is rebuilt
+//     from the spec and recorded as completed, and no spec is removed;
+//   - the CDI spec of every completed holder is rewritten (a reboot may
+//     have emptied the CDI tmpfs);
 //   - with a sound checkpoint, specs of holders it does not have as
-//     completed are removed: a prepare answers only after its completed
-//     record is on disk, so such a spec was never handed to a container.
+//     completed are removed: such a spec was never handed to a container.
 //
-// Everything recovered or kept is logged as an error and reported.
-// Holders whose devices are gone are kept (the kubelet will unprepare
-// them).
+// What is recovered or kept is logged as an error and reported.
 func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreReport, error) {
 	logger := klog.FromContext(ctx)
-	report := RestoreReport{Damage: s.damaged}
+	report := RestoreReport{Damage: s.book.damaged}
 	var errs []error
-	if s.damaged != "" {
-		logger.Error(nil, "CHECKPOINT DAMAGED: rebuilding holds from CDI specs; no spec is removed until the next start with a sound checkpoint", "damage", s.damaged)
+	if s.book.damaged != "" {
+		logger.Error(nil, "CHECKPOINT DAMAGED: rebuilding holds from CDI specs; no spec is removed until the next start with a sound checkpoint", "damage", s.book.damaged)
 		specs, readErrs := s.cfg.CDI.ReadClaimSpecs()
 		for _, err := range readErrs {
 			report.Kept = append(report.Kept, err)
@@ -66,7 +60,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	}
 	s.mu.Lock()
 	var completed []*ClaimRecord
-	for _, rec := range s.cp.Claims {
+	for _, rec := range s.book.cp.Claims {
 		for _, d := range rec.Devices {
 			if d.LayerDigest != "" && s.cfg.Registry != nil {
 				// The claim may program from the cached copy again.
@@ -79,7 +73,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 			logger.Info("Node rebooted since claim was prepared: regions programmed for it are programmed again at its next prepare", "claim", klog.KRef(rec.Namespace, rec.Name), "uid", rec.UID)
 		}
 		if rec.Phase == PhaseCompleted {
-			completed = append(completed, rec.clone())
+			completed = append(completed, rec.Clone())
 		}
 	}
 	s.mu.Unlock()
@@ -98,7 +92,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 			errs = append(errs, fmt.Errorf("restore CDI spec of claim %s: %w", h, err))
 		}
 	}
-	if s.damaged == "" {
+	if s.book.damaged == "" {
 		uids, err := s.cfg.CDI.ListClaimSpecs()
 		if err != nil {
 			errs = append(errs, err)
@@ -128,9 +122,9 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 	s.mu.Lock()
 	// Always saved: the save replaces the damaged file, which until then
 	// tells a start after a kill to recover again.
-	gen := s.update(func(*Checkpoint) {})
+	gen := s.update(func(*checkpoint.Checkpoint) {})
 	for _, spec := range specs {
-		old := s.cp.Claims[spec.UID]
+		old := s.book.cp.Claims[spec.UID]
 		if old != nil && old.Phase == PhaseCompleted {
 			continue
 		}
@@ -142,9 +136,9 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 		}
 		var gone []string
 		for _, other := range displaced {
-			gone = append(gone, fmt.Sprintf("%s (%s)", s.holderName(other), s.cp.Claims[string(other)].Phase))
+			gone = append(gone, fmt.Sprintf("%s (%s)", s.holderName(other), s.book.cp.Claims[string(other)].Phase))
 		}
-		gen = s.update(func(cp *Checkpoint) {
+		gen = s.update(func(cp *checkpoint.Checkpoint) {
 			for _, other := range displaced {
 				s.dropRecord(other)
 			}
@@ -164,42 +158,30 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 			"uid", rec.UID, "devices", deviceNames(rec.Devices), "spec", s.cfg.CDI.SpecPath(rec.UID), "sameBoot", rec.BootID == s.bootID, "gaveWay", gone)
 	}
 	s.mu.Unlock()
-	if err := s.sync(gen, nil); err != nil {
+	if err := s.sync(gen); err != nil {
 		return fmt.Errorf("record claims recovered from CDI specs: %w", err)
 	}
 	return nil
 }
 
-// recordFromSpec is the completed record of spec's holder: its devices
-// and CDI devices are the spec's; what the spec does not say (the claim's
-// name, requests, what was programmed, the boot) comes from old, the
-// holder's earlier record, when there is one.
-//
-//   - Without old, the record counts as from this boot when every region
-//     still holds the AFU the spec hands over (its next prepare then
-//     programs no region a container may be using), else as from another
-//     boot (its next prepare decides again).
-//   - With old (started or programmed), the spec is used only when every
-//     region holds the spec's AFU: a spec left from before the holder was
-//     prepared again (after a reboot, or with Rebuild) whose programming
-//     then failed must not make that prepare look completed.
-//   - A device another holder holds makes the spec unusable when that
-//     holder is completed; a holder only started or programmed gives way
-//     (displaced): it held the device after the spec's holder had
-//     completed only if it was reserved after that holder's release,
-//     which the spec outlived.
-//
+// recordFromSpec is the completed record of spec's holder: devices and
+// CDI devices from the spec, the rest from old, its earlier record, if
+// any. Without old, it is of this boot when every region still holds the
+// spec's AFU. With old (started or programmed), the spec is used only when
+// every region holds the spec's AFU: an older spec must not make a failed
+// prepare look completed. A completed holder of one of its devices makes
+// the spec unusable; a started or programmed one gives way (displaced).
 // err says why the spec is not used. Caller holds mu.
 func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, displaced []types.UID, err error) {
 	rec = &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
 	if old != nil {
-		rec = old.clone()
+		rec = old.Clone()
 		rec.Phase, rec.Devices = PhaseCompleted, nil
 	}
 	loaded := true
 	for _, d := range spec.Devices {
 		if other, held := s.holds[d.Name]; held && other != types.UID(spec.UID) {
-			if o := s.cp.Claims[string(other)]; o == nil || o.Phase == PhaseCompleted {
+			if o := s.book.cp.Claims[string(other)]; o == nil || o.Phase == PhaseCompleted {
 				return nil, nil, fmt.Errorf("CDI spec of %s names device %s, which the checkpoint has %s hold; the spec is kept and the device stays with %s", spec.UID, d.Name, s.holderName(other), s.holderName(other))
 			}
 			if !slices.Contains(displaced, other) {

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 )
 
 // Unprepare releases a holder's devices and removes its CDI spec; an
@@ -23,11 +25,8 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID, opts ...UnprepareO
 	for _, f := range opts {
 		f(&o)
 	}
-	for first := true; ; first = false {
-		rel, pending, known, err := s.beginRelease(uid, callOf(ctx), o)
-		if first {
-			s.arrived(ctx)
-		}
+	for {
+		rel, pending, known, err := s.beginRelease(uid, o)
 		// Only the first call compares: the operations a release
 		// cancels change the version as they end.
 		o.ifUnchanged = nil
@@ -36,7 +35,7 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID, opts ...UnprepareO
 			return err
 		case !known:
 			// Released, or never prepared: once that is on the disk.
-			if err := s.durable(callOf(ctx)); err != nil {
+			if err := s.durable(); err != nil {
 				return fmt.Errorf("release claim %s: %w", uid, err)
 			}
 			return s.removeOrphanSpec(uid)
@@ -70,28 +69,28 @@ func IfUnchanged(v Version) UnprepareOption {
 // operations still running for uid, which it cancelled. With
 // o.ifUnchanged it fails with ErrChanged, changing nothing, when uid's
 // Version differs.
-func (s *State) beginRelease(uid types.UID, call *announced, o unprepareOptions) (rel *op, pending []<-chan struct{}, known bool, err error) {
+func (s *State) beginRelease(uid types.UID, o unprepareOptions) (rel *op, pending []<-chan struct{}, known bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.drainingError("unprepare of", s.holderName(uid)); err != nil {
 		return nil, nil, false, err
 	}
-	cur := s.ops[uid]
+	cur := s.ops.active[uid]
 	if cur != nil && cur.release {
 		return cur, nil, true, nil
 	}
-	if o.ifUnchanged != nil && s.versions[uid] != *o.ifUnchanged {
+	if o.ifUnchanged != nil && s.ops.versions[uid] != *o.ifUnchanged {
 		return nil, nil, true, fmt.Errorf("%w: claim %s was prepared again since the release was decided; it stays held", ErrChanged, s.holderName(uid))
 	}
-	_, recorded := s.cp.Claims[string(uid)]
+	_, recorded := s.book.cp.Claims[string(uid)]
 	if !recorded && cur == nil && !s.hasJobs(uid) {
 		// Nothing of uid is left (an operation this release waited
 		// for ended without a record): a later prepare may start.
-		delete(s.releasing, uid)
-		delete(s.versions, uid)
+		delete(s.ops.releasing, uid)
+		delete(s.ops.versions, uid)
 		return nil, nil, false, nil
 	}
-	s.releasing[uid] = true
+	s.ops.releasing[uid] = true
 	if cur != nil {
 		select {
 		case <-cur.done:
@@ -100,7 +99,7 @@ func (s *State) beginRelease(uid types.UID, call *announced, o unprepareOptions)
 			pending = append(pending, cur.done)
 		}
 	}
-	for _, j := range s.jobs {
+	for _, j := range s.regions.jobs {
 		if j.holder == uid {
 			j.cancel(fmt.Errorf("%w: claim unprepared", ErrReleasing))
 			pending = append(pending, j.done)
@@ -110,11 +109,11 @@ func (s *State) beginRelease(uid types.UID, call *announced, o unprepareOptions)
 		return nil, pending, true, nil
 	}
 	h := Holder{UID: uid}
-	if rec := s.cp.Claims[string(uid)]; rec != nil {
+	if rec := s.book.cp.Claims[string(uid)]; rec != nil {
 		h.Namespace, h.Name = rec.Namespace, rec.Name
 	}
-	rel = &op{holder: h, release: true, done: make(chan struct{}), call: call}
-	s.ops[uid] = rel
+	rel = &op{holder: h, release: true, done: make(chan struct{})}
+	s.ops.active[uid] = rel
 	go s.runRelease(rel)
 	return rel, nil, true, nil
 }
@@ -127,7 +126,7 @@ func (s *State) beginRelease(uid types.UID, call *announced, o unprepareOptions)
 func (s *State) removeOrphanSpec(uid types.UID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, recorded := s.cp.Claims[string(uid)]; recorded || s.ops[uid] != nil || s.hasJobs(uid) {
+	if _, recorded := s.book.cp.Claims[string(uid)]; recorded || s.ops.active[uid] != nil || s.hasJobs(uid) {
 		return nil
 	}
 	if err := s.cfg.CDI.RemoveClaimSpec(string(uid)); err != nil {
@@ -157,7 +156,7 @@ func (s *State) awaitEnded(ctx context.Context, uid types.UID, pending []<-chan 
 func (s *State) stillReleasing(uid types.UID, why string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, j := range s.jobs {
+	for _, j := range s.regions.jobs {
 		if j.holder == uid {
 			return fmt.Errorf("%w: claim %s: programming of device %s (started %s ago) is still running%s; its devices are freed when it ends; the kubelet retries",
 				ErrReleasing, s.holderName(uid), j.device, time.Since(j.started).Round(time.Second), why)
@@ -185,7 +184,7 @@ func (s *State) runRelease(rel *op) {
 		err = fmt.Errorf("remove CDI spec of claim %s: %w", rel.holder, err)
 	} else {
 		s.step(StepSpecRemoved, uid)
-		err = s.commit(rel.call, func(*Checkpoint) {
+		err = s.commit(func(*checkpoint.Checkpoint) {
 			s.dropRecord(uid)
 			for device, h := range s.holds {
 				if h == uid {
@@ -202,15 +201,14 @@ func (s *State) runRelease(rel *op) {
 		}
 	}
 	s.mu.Lock()
-	delete(s.releasing, uid)
-	delete(s.ops, uid)
+	delete(s.ops.releasing, uid)
+	delete(s.ops.active, uid)
 	if err == nil {
-		delete(s.written, uid)
+		delete(s.specs.written, uid)
 	}
 	s.forgetVersion(uid)
 	rel.err = err
 	close(rel.done)
-	s.journal.wake()
 	s.mu.Unlock()
 	if err == nil {
 		s.notify()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -58,12 +59,14 @@ type Options struct {
 	OnProgrammed func(state.Programming)
 	OnStep       func(state.Step, types.UID)
 	OnRenumbered func()
-	// SkipSync is the State's.
-	SkipSync bool
 	// Registry is the State's puller of bitstreams from OCI registries.
 	Registry *oci.Puller
 	// NoRestore leaves State.Restore to the test.
 	NoRestore bool
+	// MemoryDisk keeps the plugin data directory, and so the checkpoint,
+	// on a tmpfs, where a flush costs nothing: for tests about locks and
+	// races rather than the disk.
+	MemoryDisk bool
 	// SimInMemory writes the simulated tree on a tmpfs, as sysfs and /dev
 	// are on a node, so that the disk carries only what the driver writes
 	// (benchmarks: writing back and then discarding the thousands of files
@@ -106,7 +109,7 @@ func New(t testing.TB, o Options) *Node {
 	if r := o.Restart; r != nil {
 		n.Sim, n.DataDir, n.RepoDir, n.CDIDir = r.Sim, r.DataDir, r.RepoDir, r.CDIDir
 	} else {
-		n.write(t, o.Sim, o.SimInMemory)
+		n.write(t, o.Sim, o.SimInMemory, o.MemoryDisk)
 	}
 	n.Scanner = &discovery.Scanner{Root: n.Sim.Root}
 	var err error
@@ -121,7 +124,7 @@ func New(t testing.TB, o Options) *Node {
 		backend = o.Backend
 	}
 	n.State, n.StateWarning, err = state.New(ctx, state.Config{
-		CheckpointPath: filepath.Join(n.DataDir, state.CheckpointFileName),
+		CheckpointPath: filepath.Join(n.DataDir, checkpoint.FileName),
 		BootIDPath:     filepath.Join(n.Sim.Root, "proc/sys/kernel/random/boot_id"),
 		CDI:            n.CDI,
 		Repository:     n.Repository,
@@ -133,7 +136,6 @@ func New(t testing.TB, o Options) *Node {
 		OnProgrammed:   o.OnProgrammed,
 		OnStep:         o.OnStep,
 		OnRenumbered:   o.OnRenumbered,
-		SkipSync:       o.SkipSync,
 	})
 	if err != nil {
 		t.Fatalf("new state: %v", err)
@@ -146,8 +148,9 @@ func New(t testing.TB, o Options) *Node {
 	return n
 }
 
-// write lays out a new tree (on a tmpfs: inMemory) and directories.
-func (n *Node) write(t testing.TB, sim simnode.Options, inMemory bool) {
+// write lays out a new tree (on a tmpfs: inMemory) and directories (the
+// data directory on a tmpfs: memoryDisk).
+func (n *Node) write(t testing.TB, sim simnode.Options, inMemory, memoryDisk bool) {
 	t.Helper()
 	if sim.Driver == "" {
 		sim.Driver = discovery.DriverDFL
@@ -168,8 +171,10 @@ func (n *Node) write(t testing.TB, sim simnode.Options, inMemory bool) {
 	if n.Sim, err = simnode.Write(root, sim); err != nil {
 		t.Fatal(err)
 	}
-	base, err := os.MkdirTemp("", "fdra")
-	if err != nil {
+	base := ""
+	if memoryDisk {
+		base = tmpfsDir(t, "data")
+	} else if base, err = os.MkdirTemp("", "fdra"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
