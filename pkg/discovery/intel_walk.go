@@ -72,7 +72,7 @@ type cardPlan struct {
 	// owned are the listings whose open directories the plan reads
 	// through; tr notes what its reads are at.
 	owned []int
-	tr    *tracker
+	tr    *Tracker
 	// stalled is, when the card's read is stuck, the card as last seen
 	// with its ports unhealthy (err says why when it was never seen).
 	stalled *Card
@@ -212,7 +212,7 @@ func (w *walker) plan(listed []listing, res *Result) []*cardPlan {
 	}
 	for _, p := range order {
 		p.interfaceIDFiles = prRegions[p.fme.path]
-		p.tr = &tracker{}
+		p.tr = &Tracker{}
 		p.fme = p.fme.tracked(p.tr)
 		for i := range p.ports {
 			p.ports[i].dir = p.ports[i].dir.tracked(p.tr)

@@ -46,16 +46,37 @@ var xrtModels = map[string]string{
 	"0x1d0f:0x1042": "AWS EC2 F1 (Xilinx VU9P)",
 }
 
-// xrtFamily implements family for XRT.
+// xrtFamily implements Family for XRT.
 type xrtFamily struct{}
 
-func (xrtFamily) driver() KernelDriver { return DriverXRT }
+func (xrtFamily) Driver() KernelDriver { return DriverXRT }
 
-// models implements family.
-func (xrtFamily) models() map[string]string { return xrtModels }
+// Models implements Family.
+func (xrtFamily) Models() map[string]string { return xrtModels }
 
-// present implements family: xocl is loaded.
-func (xrtFamily) present(root string) bool { return isDir(filepath.Join(root, xrtUserDriverDir)) }
+// ManagementName implements Family: a management function's
+// /dev/xclmgmt<N>, or one of its /dev/xfpga nodes, which carry
+// ".m<instance>" where a user function's carry ".u<instance>".
+func (xrtFamily) ManagementName(path string) bool {
+	base := filepath.Base(path)
+	switch {
+	case strings.HasPrefix(base, "xclmgmt"):
+		return true
+	case filepath.Dir(path) != "/dev/xfpga":
+		return false
+	}
+	for part := range strings.SplitSeq(base, ".") {
+		if len(part) > 1 && part[0] == 'm' {
+			if _, err := strconv.ParseUint(part[1:], 10, 31); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Present implements Family: xocl is loaded.
+func (xrtFamily) Present(root string) bool { return isDir(filepath.Join(root, xrtUserDriverDir)) }
 
 // xrtCard is where one card's functions live.
 type xrtCard struct {
@@ -79,8 +100,8 @@ type xrtStatic struct {
 	render DevNode
 }
 
-// scan implements family.
-func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
+// Scan implements Family.
+func (f xrtFamily) Scan(ctx context.Context, s *Scanner, res *Result) error {
 	old := s.knownOf(DriverXRT)
 	next := &known{links: map[dirKey]string{}, alveo: map[dirKey]*xrtStatic{}}
 	users, err := driverLinks(s.Root, xrtUserDriverDir, old, next)
@@ -131,9 +152,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 		static *xrtStatic
 		err    error
 	}
-	trackers := make([]*tracker, len(todo))
+	trackers := make([]*Tracker, len(todo))
 	for k := range trackers {
-		trackers[k] = &tracker{}
+		trackers[k] = &Tracker{}
 	}
 	returned := make([]atomic.Bool, len(todo))
 	results, done, _ := boundedMap(ctx, len(todo), timeout,
@@ -178,7 +199,7 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 // fields unless st has them, then (xrtCheck) what can change. It returns
 // the card and, when every fixed field was there, those fields for the
 // next scan.
-func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *tracker) (*Card, *xrtStatic, error) {
+func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *Tracker) (*Card, *xrtStatic, error) {
 	d, err := openSysDir(x.user)
 	if err != nil {
 		return nil, nil, fmt.Errorf("card %s: %w", x.bdf, err)
