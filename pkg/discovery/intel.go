@@ -106,6 +106,12 @@ func (l layout) ManagementName(path string) bool {
 	return strings.HasPrefix(filepath.Base(path), l.fmePrefix)
 }
 
+// MatchUevent implements UeventMatcher: a device of the dfl bus, or one
+// below a DFL or OPAE device (".../dfl-port.0", ".../intel-fpga-port.0").
+func (l layout) MatchUevent(e Uevent) bool {
+	return e.Subsystem == "dfl" || strings.Contains(e.DevPath, "/"+strings.TrimSuffix(l.fmePrefix, "fme."))
+}
+
 // Models implements Family.
 func (l layout) Models() map[string]string { return intelModels }
 
