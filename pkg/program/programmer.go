@@ -1,7 +1,7 @@
 // Package program finds, verifies and loads FPGA bitstreams: the GBS, AOCX
-// and xclbin formats, the node's bitstream repository, and the programming
-// backends (DFL and OPAE ioctls, XRT's tool for Alveo cards, and a simulated
-// one for tests and demos).
+// and xclbin formats, the node's bitstream repository, the card families'
+// programming (Family, Register: DFL and OPAE ioctls, XRT's tool for Alveo
+// cards) and a simulated programmer for tests and demos.
 package program
 
 import (
