@@ -75,7 +75,9 @@ func Families() []Family {
 
 // FamilyOf returns the registered family of kernel driver d, or nil.
 func FamilyOf(d KernelDriver) Family {
-	for _, f := range Families() {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	for _, f := range registry.list {
 		if f.Driver() == d {
 			return f
 		}
@@ -87,7 +89,9 @@ func FamilyOf(d KernelDriver) Family {
 // device node path as one of its management nodes (see
 // Family.ManagementName), or "" when none does.
 func ManagementFamily(path string) KernelDriver {
-	for _, f := range Families() {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	for _, f := range registry.list {
 		if f.ManagementName(path) {
 			return f.Driver()
 		}
