@@ -23,7 +23,7 @@ const (
 type ProgramRequest struct {
 	// Device names a port: its device node ("/dev/dfl-port.0"), kernel
 	// name ("dfl-port.0") or DRA device name ("fpga-0000-81-00-0-p0"); or
-	// a card by its FME ("dfl-fme.0", the region-mode device ID) when the
+	// a card by its name ("dfl-fme.0", the region-mode device ID) when the
 	// card has exactly one port.
 	Device string `json:"device"`
 	// InterfaceID and AFUID are 32 hex digits (dashes and upper case are
@@ -67,10 +67,11 @@ type Device struct {
 	Node  string `json:"node"`
 	Major uint32 `json:"major"`
 	Minor uint32 `json:"minor"`
-	// Card is the card's PCI address, FME its FME node name (the
-	// region-mode device ID); PCIAddress is the function carrying the port.
+	// Card is the card's PCI address, CardName the card's name (its
+	// management node, "dfl-fme.0": the region-mode device ID);
+	// PCIAddress is the function carrying the port.
 	Card        string `json:"card"`
-	FME         string `json:"fme"`
+	CardName    string `json:"cardName"`
 	PCIAddress  string `json:"pciAddress"`
 	NUMANode    int    `json:"numaNode"`
 	InterfaceID string `json:"interfaceID"`

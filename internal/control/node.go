@@ -132,7 +132,7 @@ func resolve(devs *discovery.Result, name string) (*discovery.Card, *discovery.P
 				return c, p, nil
 			}
 		}
-		if name == c.FME.Name || name == c.FME.Path {
+		if m := c.ManagementNodes(); len(m) > 0 && (name == m[0].Name || name == m[0].Path) {
 			if len(c.Ports) != 1 {
 				ports := make([]string, len(c.Ports))
 				for i, p := range c.Ports {
@@ -238,7 +238,7 @@ func Devices(res *discovery.Result, holder func(device string) *Holder) []Device
 		for _, p := range c.Ports {
 			d := Device{
 				Name: p.DeviceName(), Node: p.Node.Path, Major: p.Node.Major, Minor: p.Node.Minor,
-				Card: c.PCIAddress, FME: c.FME.Name, PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
+				Card: c.PCIAddress, CardName: c.Name(), PCIAddress: p.PCIAddress, NUMANode: c.NUMANode,
 				InterfaceID: c.InterfaceID, AFUID: p.AFUID,
 				Healthy: p.Health.Healthy, Health: p.Health.String(),
 				Holder: holder(p.DeviceName()),

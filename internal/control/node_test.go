@@ -185,7 +185,7 @@ func TestList(t *testing.T) {
 		t.Fatalf("List = %+v, want 2 ports", list)
 	}
 	d0, d1 := list.Devices[0], list.Devices[1]
-	if d0.Name != port0 || d0.Node != "/dev/dfl-port.0" || d0.FME != "dfl-fme.0" || d0.Card != "0000:01:00.0" ||
+	if d0.Name != port0 || d0.Node != "/dev/dfl-port.0" || d0.CardName != "dfl-fme.0" || d0.Card != "0000:01:00.0" ||
 		d0.InterfaceID != simnode.DefaultInterfaceID || d0.AFUID != simnode.DefaultAFUID || !d0.Healthy ||
 		d0.Holder == nil || d0.Holder.UID != string(regionHolder) || d0.Holder.Namespace != "device-plugin" {
 		t.Errorf("port 0 = %+v (holder %+v)", d0, d0.Holder)

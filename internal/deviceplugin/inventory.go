@@ -15,9 +15,9 @@ import (
 
 // device is one device-plugin device: a port in af mode, a card with all
 // of its ports in region mode. Its ID is the kernel name the Intel plugin
-// used: the port node ("dfl-port.0") or the card's FME ("dfl-fme.0"). The
-// FME only names the device: a container gets the port nodes, never the
-// FME node.
+// used: the port node ("dfl-port.0") or the card's name (its management
+// node, "dfl-fme.0": discovery.Card.Name). That node only names the
+// device: a container gets the port nodes, never a management node.
 type device struct {
 	id    string
 	card  *discovery.Card
@@ -30,7 +30,7 @@ type device struct {
 // afDeviceID and regionDeviceID are the IDs the kubelet knows devices by
 // (see device).
 func afDeviceID(p *discovery.Port) string     { return p.Node.Name }
-func regionDeviceID(c *discovery.Card) string { return c.FME.Name }
+func regionDeviceID(c *discovery.Card) string { return c.Name() }
 
 // resource is one extended resource (the full name, with its domain) and
 // its devices, in discovery order.

@@ -77,7 +77,7 @@ type StaleReleaser struct {
 // previous Pass's both show no container using it: a kubelet that has just
 // restarted may list no pods until it has synced them. A holder is in use
 // when a container has, under the holder's resource name, a device ID that
-// is one of its ports or their card's FME (region mode), or one devs does
+// is one of its ports or their card (its name, region mode), or one devs does
 // not know (a card that failed discovery or was renumbered keeps its hold).
 func (r *StaleReleaser) Pass(ctx context.Context, devs *discovery.Result) ([]types.UID, error) {
 	holders := r.candidates()

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -30,8 +28,8 @@ type Device struct {
 //
 // The device's nodes are the port's own (port.Nodes: an Intel port's node;
 // an Alveo card's render node and xfpga user nodes). A node that is
-// missing, not an absolute path, or one of the card's management nodes
-// (the FME, /dev/xclmgmt*) is recorded as an error that WriteClaimSpec
+// missing, not an absolute path, or a management node (ContainerNodes) is
+// recorded as an error that WriteClaimSpec
 // returns, so a discovery bug can never hand a management node to a
 // container.
 func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device {
@@ -60,8 +58,8 @@ func NewDevice(card *discovery.Card, port *discovery.Port, afuID string) Device 
 
 // ContainerNodes returns the nodes a container using port gets
 // (port.Nodes), or an error when one is not an absolute path, is one of
-// the card's management nodes (the FME, /dev/xclmgmt*), or is named as a
-// management node of any card (managementName): a discovery bug
+// the card's management nodes (card.ManagementNodes), or is named as a
+// management node of any card (discovery.ManagementFamily): a discovery bug
 // must never hand a management node to a container. Every path that gives
 // a container a port's nodes (CDI specs, the device-plugin endpoint's
 // Allocate) takes them from here.
@@ -78,9 +76,9 @@ func ContainerNodes(card *discovery.Card, port *discovery.Port) ([]discovery.Dev
 					name, node.Path, node.Major, node.Minor, m.Path, m.Major, m.Minor)
 			}
 		}
-		if managementName(node.Path) {
-			return nil, fmt.Errorf("device %s: node %s (%d:%d) is named as a management node (an FME, /dev/xclmgmt*, or an XRT management function's /dev/xfpga/*.m<instance>): refusing to hand it to a container",
-				name, node.Path, node.Major, node.Minor)
+		if f := discovery.ManagementFamily(node.Path); f != "" {
+			return nil, fmt.Errorf("device %s: node %s (%d:%d) is named as a management node of card family %q: refusing to hand it to a container",
+				name, node.Path, node.Major, node.Minor, f)
 		}
 	}
 	return nodes, nil
@@ -99,27 +97,4 @@ func (d Device) validate() error {
 		return errors.New("device was not built by NewDevice")
 	}
 	return nil
-}
-
-// managementName reports whether path names a management node of any
-// card, whichever card it belongs to: an Intel FME (dfl-fme.N,
-// intel-fpga-fme.N), an XRT management function's /dev/xclmgmt<N>, or one
-// of its /dev/xfpga nodes, which carry ".m<instance>" where a user
-// function's carry ".u<instance>".
-func managementName(path string) bool {
-	base := filepath.Base(path)
-	switch {
-	case strings.HasPrefix(base, "dfl-fme."), strings.HasPrefix(base, "intel-fpga-fme."), strings.HasPrefix(base, "xclmgmt"):
-		return true
-	case filepath.Dir(path) != "/dev/xfpga":
-		return false
-	}
-	for part := range strings.SplitSeq(base, ".") {
-		if len(part) > 1 && part[0] == 'm' {
-			if _, err := strconv.ParseUint(part[1:], 10, 31); err == nil {
-				return true
-			}
-		}
-	}
-	return false
 }

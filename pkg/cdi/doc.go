@@ -5,9 +5,11 @@
 // removed when the claim is unprepared. The spec holds one CDI device per
 // allocated port, named "<claimUID>-<deviceName>" so that a name is never
 // reused across claims and a runtime's CDI cache cannot serve a stale device.
-// A device carries exactly one device node: the port's. The card's FPGA
-// Management Engine (FME) node, which can reprogram the card, is never handed
-// to a container: Device is built from a port only.
+// A device carries the port's nodes (discovery.Port.Nodes). The card's
+// management nodes (an Intel card's FME, an Alveo card's management
+// function), which can reprogram or reflash the card, are never handed to a
+// container: Device is built from a port only, and its nodes are checked
+// against every card family's management nodes.
 //
 // The spec's container edits, applied once to every container that gets at
 // least one of the claim's devices, set these variables, each a

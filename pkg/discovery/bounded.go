@@ -16,18 +16,18 @@ import (
 // that takes seconds is a wedged device or driver.
 const DefaultReadTimeout = 5 * time.Second
 
-// tracker records which attribute a card's reads are at, so that a read
+// Tracker records which attribute a card's reads are at, so that a read
 // that stalls can be named by its whole path (a card's reads span its
 // functions and ports). It takes no allocation per read.
-type tracker struct {
+type Tracker struct {
 	mu        sync.Mutex
 	dir, name string
 }
 
-// at notes that the attribute name in the directory dir ("" when name is
+// At notes that the attribute name in the directory dir ("" when name is
 // a whole path), or the directory dir itself (name ""), is being read. A
-// nil tracker notes nothing.
-func (t *tracker) at(dir, name string) {
+// nil Tracker notes nothing.
+func (t *Tracker) At(dir, name string) {
 	if t == nil {
 		return
 	}
@@ -37,7 +37,7 @@ func (t *tracker) at(dir, name string) {
 }
 
 // current is the path of the attribute noted last ("" when none).
-func (t *tracker) current() string {
+func (t *Tracker) current() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dir == "" || t.name == "" {

@@ -73,21 +73,21 @@ var opaeLayout = layout{
 	},
 }
 
-// driver implements family.
-func (l layout) driver() KernelDriver { return l.driver_ }
+// Driver implements Family.
+func (l layout) Driver() KernelDriver { return l.driver_ }
 
-// present implements family: the layout's class directory exists. The
+// Present implements Family: the layout's class directory exists. The
 // OPAE driver's class directory wins over the DFL one: a node runs one of
 // the two.
-func (l layout) present(root string) bool {
+func (l layout) Present(root string) bool {
 	if l.driver_ == DriverDFL && isDir(filepath.Join(root, opaeLayout.classDir)) {
 		return false
 	}
 	return isDir(filepath.Join(root, l.classDir))
 }
 
-// scan implements family: the walk (intel_walk.go).
-func (l layout) scan(ctx context.Context, s *Scanner, res *Result) error {
+// Scan implements Family: the walk (intel_walk.go).
+func (l layout) Scan(ctx context.Context, s *Scanner, res *Result) error {
 	w := walker{ctx: ctx, sc: s, root: s.Root, l: l, old: s.knownOf(l.driver_), next: &known{
 		links: map[dirKey]string{},
 		cards: map[dirKey]*cardStatic{},
@@ -100,8 +100,20 @@ func (l layout) scan(ctx context.Context, s *Scanner, res *Result) error {
 	return nil
 }
 
-// models implements family.
-func (l layout) models() map[string]string { return intelModels }
+// ManagementName implements Family: an FME node ("dfl-fme.0",
+// "intel-fpga-fme.0").
+func (l layout) ManagementName(path string) bool {
+	return strings.HasPrefix(filepath.Base(path), l.fmePrefix)
+}
+
+// MatchUevent implements UeventMatcher: a device of the dfl bus, or one
+// below a DFL or OPAE device (".../dfl-port.0", ".../intel-fpga-port.0").
+func (l layout) MatchUevent(e Uevent) bool {
+	return e.Subsystem == "dfl" || strings.Contains(e.DevPath, "/"+strings.TrimSuffix(l.fmePrefix, "fme."))
+}
+
+// Models implements Family.
+func (l layout) Models() map[string]string { return intelModels }
 
 // intelModels names the cards the DFL and OPAE PCI drivers bind, by
 // vendor:device.

@@ -56,7 +56,7 @@ func millidegrees(fme sysDir, path string) (int64, bool) {
 // without a hot-plug event, adding the card's own problems. prev is the
 // port's AFU ID from an earlier pass: while a port is being reprogrammed the
 // kernel answers EBUSY for afu_id, and the earlier value stands.
-func (l layout) check(c *Card, card Health, p *Port, prev string, tr *tracker) {
+func (l layout) check(c *Card, card Health, p *Port, prev string, tr *Tracker) {
 	d, err := openSysDir(p.Node.SysfsPath)
 	if err != nil {
 		p.AFUID = ""
@@ -132,8 +132,8 @@ func registerValue(s string) (uint64, error) {
 	return strconv.ParseUint(s, 16, 64)
 }
 
-// refresh implements family: Refresh for one card, noting its reads in tr.
-func (l layout) refresh(oc *Card, tr *tracker) (*Card, bool) {
+// Refresh implements Family: Refresh for one card, noting its reads in tr.
+func (l layout) Refresh(oc *Card, tr *Tracker) (*Card, bool) {
 	c := *oc
 	c.Ports = make([]*Port, len(oc.Ports))
 	var card Health

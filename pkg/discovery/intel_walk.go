@@ -3,12 +3,10 @@ package discovery
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,7 +72,7 @@ type cardPlan struct {
 	// owned are the listings whose open directories the plan reads
 	// through; tr notes what its reads are at.
 	owned []int
-	tr    *tracker
+	tr    *Tracker
 	// stalled is, when the card's read is stuck, the card as last seen
 	// with its ports unhealthy (err says why when it was never seen).
 	stalled *Card
@@ -144,6 +142,20 @@ func (w *walker) walk(res *Result) error {
 	}()
 	parallel(len(entries), func(i int) { listed[i] = w.list(cd, classDir, entries[i]) })
 
+	order := w.plan(listed, res)
+	w.readBounded(order, listed, handedOver)
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("discovery stopped: %w", context.Cause(w.ctx))
+	}
+	w.collect(order, res)
+	sort.Slice(res.Cards, func(i, j int) bool { return res.Cards[i].PCIAddress < res.Cards[j].PCIAddress })
+	return nil
+}
+
+// plan groups the listed class directory entries into cards: each FME's
+// card with its ports, a virtual function's ports with the card of its
+// physical function. Unusable entries and orphan ports go to res.Errors.
+func (w *walker) plan(listed []listing, res *Result) []*cardPlan {
 	plans := map[string]*cardPlan{}
 	var order []*cardPlan
 	plan := func(pciPath string) *cardPlan {
@@ -200,16 +212,18 @@ func (w *walker) walk(res *Result) error {
 	}
 	for _, p := range order {
 		p.interfaceIDFiles = prRegions[p.fme.path]
-		p.tr = &tracker{}
+		p.tr = &Tracker{}
 		p.fme = p.fme.tracked(p.tr)
 		for i := range p.ports {
 			p.ports[i].dir = p.ports[i].dir.tracked(p.tr)
 		}
 	}
-	w.readBounded(order, listed, handedOver)
-	if err := w.ctx.Err(); err != nil {
-		return fmt.Errorf("discovery stopped: %w", context.Cause(w.ctx))
-	}
+	return order
+}
+
+// collect adds the planned cards that were read to res (and their errors
+// to res.Errors), and remembers their fixed fields for the next scan.
+func (w *walker) collect(order []*cardPlan, res *Result) {
 	for _, p := range order {
 		if p.stalled != nil {
 			res.Cards = append(res.Cards, p.stalled)
@@ -230,8 +244,6 @@ func (w *walker) walk(res *Result) error {
 		res.Errors = append(res.Errors, p.portErrs...)
 		res.Cards = append(res.Cards, p.card)
 	}
-	sort.Slice(res.Cards, func(i, j int) bool { return res.Cards[i].PCIAddress < res.Cards[j].PCIAddress })
-	return nil
 }
 
 // readBounded reads every plan's card (see read), each within the
@@ -379,277 +391,4 @@ func parallel(n int, f func(i int)) {
 		})
 	}
 	wg.Wait()
-}
-
-func (w *walker) read(p *cardPlan) {
-	p.card, p.cardHealth, p.err = w.readCard(p)
-	if p.err != nil {
-		return
-	}
-	card := p.cardHealth
-	for i := range p.ports {
-		port, err := w.readPort(&p.ports[i], p.card, card)
-		if err != nil {
-			p.portErrs = append(p.portErrs, err)
-			continue
-		}
-		p.card.Ports = append(p.card.Ports, port)
-	}
-	sort.Slice(p.card.Ports, func(i, j int) bool {
-		a, b := p.card.Ports[i], p.card.Ports[j]
-		if a.PCIAddress != b.PCIAddress {
-			return a.PCIAddress < b.PCIAddress
-		}
-		if a.ID != b.ID {
-			return a.ID < b.ID
-		}
-		return a.Node.Name < b.Node.Name
-	})
-	// Two ports of one function with one id would be one device name: the
-	// API server refuses a slice that has a name twice.
-	kept := p.card.Ports[:0]
-	for _, port := range p.card.Ports {
-		if k := len(kept); k > 0 && kept[k-1].PCIAddress == port.PCIAddress && kept[k-1].ID == port.ID {
-			p.portErrs = append(p.portErrs, fmt.Errorf("port %s: id %d on %s is %s's too: both would be device %s", port.Node.SysfsPath, port.ID, port.PCIAddress, kept[k-1].Node.Name, port.DeviceName()))
-			continue
-		}
-		kept = append(kept, port)
-	}
-	p.card.Ports = kept
-	intelAttributes(p.card)
-}
-
-// readCard reads a card's fixed fields unless an earlier scan knows them,
-// then its interface ID and health.
-func (w *walker) readCard(p *cardPlan) (*Card, Health, error) {
-	addr := filepath.Base(p.pciPath)
-	fme := p.fme
-	if fme.path == "" {
-		dir, err := w.findFME(p.pciPath)
-		if err != nil {
-			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
-		}
-		if fme, err = openSysDir(dir); err != nil {
-			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
-		}
-		defer fme.close()
-	}
-	st, known := w.old.cards[p.fmeKey]
-	complete := known
-	if !known || p.fmeKey.ino == 0 {
-		var err error
-		if st, complete, err = w.readCardStatic(p, fme); err != nil {
-			return nil, Health{}, fmt.Errorf("card %s: %w", addr, err)
-		}
-	}
-	file := st.interfaceIDFile
-	if len(p.interfaceIDFiles) > 0 {
-		file = p.interfaceIDFiles[0]
-	} else if file == "" {
-		var err error
-		if file, err = w.l.interfaceIDPath(fme.path); err != nil {
-			return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
-		}
-		found := *st
-		found.interfaceIDFile = file
-		st = &found
-	}
-	c := st.card
-	id, err := fme.readIDPath(file)
-	if err != nil {
-		return nil, Health{}, fmt.Errorf("card %s: interface ID: %w", addr, err)
-	}
-	c.InterfaceID, c.interfaceIDFile = id, file
-	health, hwmonOK := w.l.cardHealth(&c, fme)
-	// What a card's driver had not yet created (it adds hwmon and some
-	// attributes late in its probe) or has moved (a rebind renames hwmonN)
-	// is looked for again by the next scan.
-	if complete && hwmonOK {
-		if st.card.tempCrit != c.tempCrit {
-			learned := *st
-			learned.card.tempCrit = c.tempCrit
-			st = &learned
-		}
-		p.static = st
-	}
-	return &c, health, nil
-}
-
-// readCardStatic reads the fields of a card that do not change while its
-// FME exists, and reports whether every one of them was there.
-func (w *walker) readCardStatic(p *cardPlan, fme sysDir) (*cardStatic, bool, error) {
-	c := Card{Driver: w.l.driver_, PCIAddress: filepath.Base(p.pciPath), PCIPath: p.pciPath, NUMANode: -1}
-	var err error
-	if c.FME, err = w.devNode(fme); err != nil {
-		return nil, false, err
-	}
-	complete := true
-	read := func(name string) string {
-		v, err := fme.read(name)
-		complete = complete && err == nil
-		return v
-	}
-	c.SocketID = -1
-	if n, err := strconv.Atoi(read("socket_id")); err == nil {
-		c.SocketID = n
-	}
-	c.PortsNum, _ = strconv.Atoi(read("ports_num"))
-	c.BitstreamID = read("bitstream_id")
-	if names, err := fme.sub("hwmon").names(); err == nil && len(names) > 0 {
-		sort.Strings(names)
-		c.hwmon = fme.path + "/hwmon/" + names[0]
-	} else {
-		complete = false
-	}
-	// The FME sits below its PCI function: read the PCI attributes through
-	// the directory already open.
-	pci, ok := fme.ancestor(p.pciPath)
-	if !ok {
-		return &cardStatic{card: c}, false, nil
-	}
-	c.VendorID, _ = pci.read("vendor")
-	c.DeviceID, _ = pci.read("device")
-	if v, err := pci.read("numa_node"); err == nil {
-		if n, err := strconv.Atoi(v); err == nil {
-			c.NUMANode = n
-		}
-	}
-	return &cardStatic{card: c}, complete, nil
-}
-
-// findFME locates the FME below a physical function's PCI directory, for a
-// VF port whose PF is not listed in the class directory.
-func (w *walker) findFME(pciPath string) (string, error) {
-	parent := filepath.Join(pciPath, w.l.pciChild)
-	dirs, err := os.ReadDir(parent)
-	if err != nil {
-		return "", fmt.Errorf("find FME: %w", err)
-	}
-	for _, d := range dirs {
-		children, err := os.ReadDir(filepath.Join(parent, d.Name()))
-		if err != nil {
-			continue
-		}
-		for _, c := range children {
-			if strings.HasPrefix(c.Name(), w.l.fmePrefix) {
-				return filepath.Join(parent, d.Name(), c.Name()), nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no %s* below %s", w.l.fmePrefix, parent)
-}
-
-// readPort reads a port's fixed fields unless an earlier scan knows them,
-// then its AFU ID and health.
-func (w *walker) readPort(pp *portPlan, c *Card, card Health) (*Port, error) {
-	st, ok := w.old.ports[pp.key]
-	if !ok {
-		node, err := w.devNode(pp.dir)
-		if err != nil {
-			return nil, fmt.Errorf("port %s: %w", pp.dir.path, err)
-		}
-		v, err := pp.dir.read("id")
-		if err != nil {
-			return nil, fmt.Errorf("port %s: %w", pp.dir.path, err)
-		}
-		id, err := strconv.Atoi(v)
-		if err != nil {
-			return nil, fmt.Errorf("port %s: id %q is not a number", pp.dir.path, v)
-		}
-		st = &portStatic{node: node, id: id}
-	}
-	pp.static = st
-	p := &Port{
-		Node:            st.node,
-		ID:              st.id,
-		PCIAddress:      filepath.Base(pp.pciPath),
-		PCIPath:         pp.pciPath,
-		VirtualFunction: pp.vf,
-	}
-	w.l.checkIn(pp.dir, c, card, p, "")
-	return p, nil
-}
-
-// devNode reads a device's dev attribute and names its /dev node.
-func (w *walker) devNode(d sysDir) (DevNode, error) {
-	name := filepath.Base(d.path)
-	mm, err := d.read("dev")
-	if err != nil {
-		return DevNode{}, err
-	}
-	major, minor, err := parseMajorMinor(mm)
-	if err != nil {
-		return DevNode{}, fmt.Errorf("read %s/dev: %w", d.path, err)
-	}
-	if err := ownsNumber(w.root, d.path, major, minor); err != nil {
-		return DevNode{}, fmt.Errorf("%s/dev: %w", d.path, err)
-	}
-	return DevNode{
-		Name:      name,
-		SysfsPath: d.path,
-		Path:      "/dev/" + name,
-		HostPath:  filepath.Join(w.root, "dev", name),
-		Major:     major,
-		Minor:     minor,
-	}, nil
-}
-
-// ownsNumber checks that the character device number major:minor is the
-// device whose sysfs directory is dir, as /sys/dev/char/<major:minor>, the
-// kernel's link from a number to its device, says: a dev attribute (or a
-// /dev node) naming another device's number, another card's FME or port,
-// must never make that device's node one a container gets.
-func ownsNumber(root, dir string, major, minor uint32) error {
-	owner, err := charDevOwner(root, major, minor)
-	if err != nil {
-		return err
-	}
-	if owner != dir {
-		return fmt.Errorf("number %d:%d is not this device's but %s's (sys/dev/char/%d:%d)", major, minor, owner, major, minor)
-	}
-	return nil
-}
-
-// charDevOwner returns the sysfs directory, below root, of the device
-// that has the character device number major:minor.
-func charDevOwner(root string, major, minor uint32) (string, error) {
-	link := filepath.Join(root, "sys/dev/char", fmt.Sprintf("%d:%d", major, minor))
-	target, err := readlinkAt(unix.AT_FDCWD, link)
-	if err != nil {
-		return "", fmt.Errorf("number %d:%d belongs to no device: %w", major, minor, err)
-	}
-	if filepath.IsAbs(target) {
-		return filepath.Join(root, target), nil
-	}
-	return filepath.Join(filepath.Dir(link), target), nil
-}
-
-func readlinkAt(dirfd int, name string) (string, error) {
-	var buf [1024]byte
-	n, err := unix.Readlinkat(dirfd, name, buf[:])
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
-}
-
-func parseMajorMinor(s string) (uint32, uint32, error) {
-	a, b, ok := strings.Cut(s, ":")
-	if !ok {
-		return 0, 0, fmt.Errorf("dev %q is not major:minor", s)
-	}
-	major, err := strconv.ParseUint(a, 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("dev %q: major: %w", s, err)
-	}
-	minor, err := strconv.ParseUint(b, 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("dev %q: minor: %w", s, err)
-	}
-	return uint32(major), uint32(minor), nil
-}
-
-func isDir(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.IsDir()
 }

@@ -1,8 +1,9 @@
 // Package discovery finds the FPGA cards of a node and their devices in its
 // sysfs/devfs tree. The model (Card, Port, Health) is the same for every
-// card family; each family (families.go: Intel cards under the Linux
-// in-tree DFL driver or the out-of-tree OPAE driver, AMD/Xilinx Alveo cards
-// under XRT) finds and refreshes its own cards.
+// card family; each registered Family (family.go: Intel cards under the
+// Linux in-tree DFL driver or the out-of-tree OPAE driver, AMD/Xilinx Alveo
+// cards under XRT, and any a program registers) finds and refreshes its own
+// cards.
 //
 // Every path is read below a root directory, so the same code runs on a host
 // (root "/") and on a simulated tree written by package simnode.
@@ -54,7 +55,7 @@ func ParseSelection(s string) (Selection, error) {
 			continue
 		case name == string(DriverNone) && !exclude && s == name:
 			return Selection{Only: []KernelDriver{DriverNone}}, nil
-		case familyOf(KernelDriver(name)) == nil:
+		case FamilyOf(KernelDriver(name)) == nil:
 			return Selection{}, fmt.Errorf("kernel driver %q is not one of %s (or auto, none; \"auto,-xrt\" excludes one)", name, strings.Join(familyNames(), ", "))
 		case exclude && !auto:
 			return Selection{}, fmt.Errorf("kernel driver %q: an exclusion follows \"auto\", as in \"auto,-%s\"", part, name)
@@ -122,7 +123,9 @@ type Card struct {
 	// SocketID is -1 when the FME has no readable socket_id (and on cards
 	// without an FME).
 	SocketID int
-	// FME is the Intel card's management engine node (zero elsewhere).
+	// FME is the node that programs the card's region, where the family
+	// has one (an Intel card's FPGA Management Engine; zero elsewhere). It
+	// is a management node: see ManagementNodes.
 	FME DevNode
 	// Management are the card's other management nodes (an Alveo card's
 	// /dev/xclmgmt<N>). No management node is ever given to a container.
@@ -201,6 +204,16 @@ func (c *Card) ManagementNodes() []DevNode {
 		out = append(out, c.FME)
 	}
 	return append(out, c.Management...)
+}
+
+// Name names the card as one device (the legacy endpoint's region mode,
+// the admin API): the kernel name of its first management node (an Intel
+// card's FME, "dfl-fme.0"), else its PCI address.
+func (c *Card) Name() string {
+	if m := c.ManagementNodes(); len(m) > 0 {
+		return m[0].Name
+	}
+	return c.PCIAddress
 }
 
 // Attribute is a device attribute of one family beyond the ones every

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,24 +133,24 @@ func stalled(c *Card, r stuckRead, timeout time.Duration) *Card {
 // or every family whose kernel driver shows below the root.
 func (s *Scanner) Detect() []KernelDriver {
 	var out []KernelDriver
-	for _, f := range families {
+	for _, f := range Families() {
 		if s.selects(f) {
-			out = append(out, f.driver())
+			out = append(out, f.Driver())
 		}
 	}
 	return out
 }
 
 // selects reports whether a Scan reads family f.
-func (s *Scanner) selects(f family) bool {
-	d := f.driver()
+func (s *Scanner) selects(f Family) bool {
+	d := f.Driver()
 	switch {
 	case slices.Contains(s.Select.Exclude, d):
 		return false
 	case len(s.Select.Only) > 0:
 		return slices.Contains(s.Select.Only, d)
 	}
-	return f.present(s.Root)
+	return f.Present(s.Root)
 }
 
 // Scan walks the tree once (ScanContext without a deadline).
@@ -170,7 +171,11 @@ func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
 		return res, nil
 	}
 	for _, d := range res.Drivers {
-		if err := familyOf(d).scan(ctx, s, res); err != nil {
+		f := FamilyOf(d)
+		if f == nil {
+			return nil, fmt.Errorf("kernel driver %q is selected but no family of that name is registered: select one of %s", d, strings.Join(familyNames(), ", "))
+		}
+		if err := f.Scan(ctx, s, res); err != nil {
 			return nil, err
 		}
 		if err := ctx.Err(); err != nil {
@@ -242,15 +247,20 @@ func (s *Scanner) RefreshContext(ctx context.Context, old *Result) (*Result, boo
 		card    *Card
 		changed bool
 	}
-	trackers := make([]*tracker, len(todo))
+	trackers := make([]*Tracker, len(todo))
 	for k := range trackers {
-		trackers[k] = &tracker{}
+		trackers[k] = &Tracker{}
 	}
 	returned := make([]atomic.Bool, len(todo))
 	results, done, _ := boundedMap(ctx, len(todo), timeout,
 		func(k int) refreshed {
 			oc := old.Cards[todo[k]]
-			c, changed := familyOf(oc.Driver).refresh(oc, trackers[k])
+			f := FamilyOf(oc.Driver)
+			if f == nil { // no family of its driver: keep it as read
+				c := *oc
+				return refreshed{&c, false}
+			}
+			c, changed := f.Refresh(oc, trackers[k])
 			return refreshed{c, changed}
 		},
 		func(k int, _ refreshed) {

@@ -20,8 +20,8 @@ type sysDir struct {
 	rel   string // "" or this directory's path from fd, ending in "/"
 	path  string // this directory's path, for errors
 	owned bool   // whether close closes fd
-	// tr, when set, notes every attribute read (see tracker).
-	tr *tracker
+	// tr, when set, notes every attribute read (see Tracker).
+	tr *Tracker
 }
 
 func openSysDir(path string) (sysDir, error) {
@@ -40,7 +40,7 @@ func (d sysDir) sub(name string) sysDir {
 }
 
 // tracked returns d noting its reads in tr.
-func (d sysDir) tracked(tr *tracker) sysDir {
+func (d sysDir) tracked(tr *Tracker) sysDir {
 	d.tr = tr
 	return d
 }
@@ -92,7 +92,7 @@ func (d sysDir) entries() ([]dirEntry, error) {
 // only: a caller looking for a few entries copies those and allocates
 // nothing for the others.
 func (d sysDir) eachEntry(f func(name []byte, ino uint64)) error {
-	d.tr.at(d.path, "")
+	d.tr.At(d.path, "")
 	fd := d.fd
 	if d.rel != "" {
 		var err error
@@ -164,7 +164,7 @@ func (d sysDir) names() ([]string, error) {
 
 // read returns an attribute's content with surrounding white space removed.
 func (d sysDir) read(name string) (string, error) {
-	d.tr.at(d.path, name)
+	d.tr.At(d.path, name)
 	s, err := readAttrAt(d.fd, d.rel, name)
 	if err != nil {
 		return "", fmt.Errorf("read %s/%s: %w", d.path, name, err)
@@ -178,7 +178,7 @@ func (d sysDir) readPath(path string) (string, error) {
 	if rest, ok := strings.CutPrefix(path, d.path+"/"); ok && d.fd >= 0 {
 		return d.read(rest)
 	}
-	d.tr.at("", path)
+	d.tr.At("", path)
 	s, err := readAttrAt(unix.AT_FDCWD, "", path)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)

@@ -141,7 +141,7 @@ func TestTrackerNamesWhatIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.close()
-	tr := &tracker{}
+	tr := &Tracker{}
 	d = d.tracked(tr)
 	for _, step := range []struct {
 		do   func() error

@@ -52,9 +52,10 @@ func ParseUevent(msg []byte) (Uevent, error) {
 }
 
 // Relevant reports whether the event can change what discovery finds: a
-// device of the FPGA classes or their DFL/OPAE children appearing or going,
-// or a PCI function with the processing-accelerator class (0x12) being
-// added or removed (which takes its FPGA devices with it).
+// device of the FPGA classes appearing or going, a PCI function with the
+// processing-accelerator class (0x12) being added or removed (which takes
+// its FPGA devices with it), or an event a registered family's
+// UeventMatcher matches (the DFL and OPAE devices below an FPGA card).
 func (e Uevent) Relevant() bool {
 	switch e.Action {
 	case "add", "remove", "bind", "unbind", "move", "change":
@@ -62,12 +63,27 @@ func (e Uevent) Relevant() bool {
 		return false
 	}
 	switch e.Subsystem {
-	case "fpga_region", "fpga", "dfl", "fpga_bridge", "fpga_manager":
+	case "fpga_region", "fpga", "fpga_bridge", "fpga_manager":
 		return true
 	case "pci":
-		return strings.HasPrefix(e.Env["PCI_CLASS"], "12")
+		if strings.HasPrefix(e.Env["PCI_CLASS"], "12") {
+			return true
+		}
 	}
-	return strings.Contains(e.DevPath, "/dfl-") || strings.Contains(e.DevPath, "/intel-fpga-")
+	for _, f := range Families() {
+		if m, ok := f.(UeventMatcher); ok && m.MatchUevent(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// UeventMatcher is implemented by a Family whose devices come and go with
+// kernel events beyond those Relevant knows for every family.
+type UeventMatcher interface {
+	// MatchUevent reports whether e (an add, remove, bind, unbind, move
+	// or change) can change the family's cards.
+	MatchUevent(e Uevent) bool
 }
 
 // UeventSource yields kernel uevents, one datagram per read.

@@ -46,16 +46,16 @@ var xrtModels = map[string]string{
 	"0x1d0f:0x1042": "AWS EC2 F1 (Xilinx VU9P)",
 }
 
-// xrtFamily implements family for XRT.
+// xrtFamily implements Family for XRT.
 type xrtFamily struct{}
 
-func (xrtFamily) driver() KernelDriver { return DriverXRT }
+func (xrtFamily) Driver() KernelDriver { return DriverXRT }
 
-// models implements family.
-func (xrtFamily) models() map[string]string { return xrtModels }
+// Models implements Family.
+func (xrtFamily) Models() map[string]string { return xrtModels }
 
-// present implements family: xocl is loaded.
-func (xrtFamily) present(root string) bool { return isDir(filepath.Join(root, xrtUserDriverDir)) }
+// Present implements Family: xocl is loaded.
+func (xrtFamily) Present(root string) bool { return isDir(filepath.Join(root, xrtUserDriverDir)) }
 
 // xrtCard is where one card's functions live.
 type xrtCard struct {
@@ -79,8 +79,8 @@ type xrtStatic struct {
 	render DevNode
 }
 
-// scan implements family.
-func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
+// Scan implements Family.
+func (f xrtFamily) Scan(ctx context.Context, s *Scanner, res *Result) error {
 	old := s.knownOf(DriverXRT)
 	next := &known{links: map[dirKey]string{}, alveo: map[dirKey]*xrtStatic{}}
 	users, err := driverLinks(s.Root, xrtUserDriverDir, old, next)
@@ -131,9 +131,9 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 		static *xrtStatic
 		err    error
 	}
-	trackers := make([]*tracker, len(todo))
+	trackers := make([]*Tracker, len(todo))
 	for k := range trackers {
-		trackers[k] = &tracker{}
+		trackers[k] = &Tracker{}
 	}
 	returned := make([]atomic.Bool, len(todo))
 	results, done, _ := boundedMap(ctx, len(todo), timeout,
@@ -178,7 +178,7 @@ func (f xrtFamily) scan(ctx context.Context, s *Scanner, res *Result) error {
 // fields unless st has them, then (xrtCheck) what can change. It returns
 // the card and, when every fixed field was there, those fields for the
 // next scan.
-func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *tracker) (*Card, *xrtStatic, error) {
+func (f xrtFamily) read(root string, x xrtCard, st *xrtStatic, tr *Tracker) (*Card, *xrtStatic, error) {
 	d, err := openSysDir(x.user)
 	if err != nil {
 		return nil, nil, fmt.Errorf("card %s: %w", x.bdf, err)
@@ -410,20 +410,6 @@ func xfpgaNodes(root string) map[int][]string {
 	return out
 }
 
-// xfpgaInstance returns the user PF instance an xfpga node's name carries
-// in a ".u<instance>" part ("dma.qdma.u257.0"); management nodes carry
-// ".m<instance>" instead.
-func xfpgaInstance(name []byte) (int, bool) {
-	for part := range bytes.SplitSeq(name, []byte(".")) {
-		if len(part) > 1 && part[0] == 'u' {
-			if inst, err := strconv.ParseUint(string(part[1:]), 10, 31); err == nil {
-				return int(inst), true
-			}
-		}
-	}
-	return 0, false
-}
-
 // statNode describes the character device at path (as a container sees
 // it) below root.
 func statNode(root, path string) (DevNode, error) {
@@ -436,33 +422,6 @@ func statNode(root, path string) (DevNode, error) {
 		return DevNode{}, fmt.Errorf("%s is not a character device", path)
 	}
 	return DevNode{Name: filepath.Base(path), Path: path, HostPath: host, Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
-}
-
-// pciSlot is a BDF without its function ("0000:3b:00.1" -> "0000:3b:00").
-func pciSlot(bdf string) string {
-	if i := strings.LastIndexByte(bdf, '.'); i > 0 {
-		return bdf[:i]
-	}
-	return bdf
-}
-
-// pciInstance is XRT's instance number of a function:
-// domain*65536 + bus*256 + device*8 + function.
-func pciInstance(bdf string) (int, error) {
-	domain, rest, ok1 := strings.Cut(bdf, ":")
-	bus, rest, ok2 := strings.Cut(rest, ":")
-	dev, fn, ok3 := strings.Cut(rest, ".")
-	var v [4]uint64
-	for i, f := range []struct {
-		s    string
-		bits int
-	}{{domain, 16}, {bus, 8}, {dev, 5}, {fn, 3}} {
-		var err error
-		if v[i], err = strconv.ParseUint(f.s, 16, f.bits); err != nil || !(ok1 && ok2 && ok3) {
-			return 0, fmt.Errorf("%q is not a PCI address (domain:bus:device.function, hexadecimal, as 0000:3b:00.1)", bdf)
-		}
-	}
-	return int(v[0]*65536 + v[1]*256 + v[2]*8 + v[3]), nil
 }
 
 func firstLine(s string) string {

@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// refresh implements family: the IDs, status and device nodes again.
-func (xrtFamily) refresh(oc *Card, tr *tracker) (*Card, bool) {
+// Refresh implements Family: the IDs, status and device nodes again.
+func (xrtFamily) Refresh(oc *Card, tr *Tracker) (*Card, bool) {
 	c := *oc
 	op := *oc.Ports[0]
 	c.Ports = []*Port{&op}

@@ -22,9 +22,9 @@ var (
 	// ErrInterfaceMismatch: the bitstream is built for another interface
 	// (FIM) than the card's partial-reconfiguration region.
 	ErrInterfaceMismatch = errors.New("interface mismatch")
-	// ErrFormatMismatch: the bitstream's format belongs to another card
-	// family than the card's kernel driver: an xclbin for an Intel (DFL or
-	// OPAE) card, a GBS or AOCX for an AMD/Xilinx (XRT) card.
+	// ErrFormatMismatch: the bitstream's format is not one the card's
+	// family loads (Family.Formats), as an xclbin for an Intel card or a
+	// GBS for an AMD/Xilinx (XRT) card.
 	ErrFormatMismatch = errors.New("bitstream format does not fit the card")
 	// ErrChecksumMismatch: the file's sha256 differs from the pinned one.
 	ErrChecksumMismatch = errors.New("checksum mismatch")

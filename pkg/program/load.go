@@ -69,8 +69,9 @@ type Result struct {
 // Load programs bs into the region behind port on card, the same way for
 // every backend:
 //
-//  1. the bitstream's format must fit the card's family: an xclbin only an
-//     XRT card, a GBS or AOCX any other (ErrFormatMismatch);
+//  1. the bitstream's format must be one the card's family loads
+//     (Family.Formats: a GBS or AOCX for an Intel card, an xclbin for an
+//     XRT card; ErrFormatMismatch);
 //  2. the card's interface ID must equal the bitstream's (ErrInterfaceMismatch);
 //  3. the file is read once, hashed and checked against opts.SHA256
 //     (ErrChecksumMismatch) and against the IDs bs was opened with
@@ -78,10 +79,10 @@ type Result struct {
 //  4. p.Program gets the payload: the padded raw bitstream of a GBS or AOCX,
 //     the whole xclbin file as it was hashed (failures match
 //     ErrProgramFailed, unless ctx ended: then they wrap its cause);
-//  5. the port's AFU ID attribute (port.AFUIDPath(): afu_id, or an XRT
-//     card's xclbinuuid) is read back, waiting while afu_id reports EBUSY
-//     or xclbinuuid is empty for at most opts.VerifyTimeout, and must equal
-//     bs.AFUID (ErrVerifyFailed).
+//  5. the port's AFU ID attribute (port.AFUIDPath(): afu_id, or through
+//     the family's LoadedReader, an XRT card's xclbinuuid) is read back,
+//     waiting while it reports EBUSY or ErrNotLoaded for at most
+//     opts.VerifyTimeout, and must equal bs.AFUID (ErrVerifyFailed).
 //
 // Steps 1 and 2 run before anything is read or programmed. Each read of
 // step 5 is bounded by ctx and opts.ReadTimeout, so Load returns within
@@ -156,21 +157,6 @@ func InterfacesOf(ids []string) string {
 	return "interfaces " + strings.Join(ids, ", ")
 }
 
-// formatFits refuses a bitstream whose format belongs to another card
-// family than card's kernel driver.
-func formatFits(bs *Bitstream, card *discovery.Card, port *discovery.Port) error {
-	xrt := card.Driver == discovery.DriverXRT
-	switch {
-	case bs.Format == FormatXclbin && !xrt:
-		return fmt.Errorf("%w: bitstream %s is an xclbin, for AMD/Xilinx Alveo cards, but card %s (port %s) has kernel driver %q: an xclbin loads only on a card driven by XRT; use a GBS or AOCX built for interface %s",
-			ErrFormatMismatch, bs.Path, card.PCIAddress, port.DeviceName(), card.Driver, card.InterfaceID)
-	case bs.Format != FormatXclbin && xrt:
-		return fmt.Errorf("%w: bitstream %s is %s bitstream, for Intel FPGA cards, but card %s (port %s) is an AMD/Xilinx card driven by XRT: use an xclbin built for interface %s",
-			ErrFormatMismatch, bs.Path, strings.ToUpper(string(bs.Format)), card.PCIAddress, port.DeviceName(), card.InterfaceID)
-	}
-	return nil
-}
-
 // verifyAFU reads the port's AFU ID attribute until it stops reporting
 // EBUSY (afu_id) or being empty (xclbinuuid), for at most
 // opts.VerifyTimeout, and compares it with the bitstream's AFU ID. Polling is
@@ -179,10 +165,10 @@ func formatFits(bs *Bitstream, card *discovery.Card, port *discovery.Port) error
 // that outlasts them ends the verification with ErrVerifyFailed.
 func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, bs *Bitstream, opts LoadOptions) error {
 	read, what := opts.readAFUID, "AFU"
-	if card.Driver == discovery.DriverXRT {
-		what = "xclbin"
+	if lr, ok := FamilyOf(card.Driver).(LoadedReader); ok {
+		what = lr.LoadedKind()
 		if read == nil {
-			read = func(p *discovery.Port) (string, error) { return readXclbinUUID(p, bs.AFUID) }
+			read = func(p *discovery.Port) (string, error) { return lr.ReadLoaded(p, bs.AFUID) }
 		}
 	}
 	if read == nil {
@@ -219,7 +205,7 @@ func verifyAFU(ctx context.Context, card *discovery.Card, port *discovery.Port, 
 			}
 			return nil
 		}
-		notLoaded := errors.Is(err, errNotLoaded)
+		notLoaded := errors.Is(err, ErrNotLoaded)
 		if !notLoaded && !errors.Is(err, syscall.EBUSY) {
 			return fmt.Errorf("%w: port %s after programming: %w", ErrVerifyFailed, port.DeviceName(), err)
 		}

@@ -276,10 +276,10 @@ func TestLoadRefusesOtherFamily(t *testing.T) {
 		bs   *Bitstream
 		want []string
 	}{
-		"xclbin on DFL":  {intel(discovery.DriverDFL), xclbin, []string{"is an xclbin, for AMD/Xilinx Alveo cards", `has kernel driver "dfl"`, "use a GBS or AOCX built for interface " + testIf}},
+		"xclbin on DFL":  {intel(discovery.DriverDFL), xclbin, []string{"is in format xclbin", `has kernel driver "dfl", whose cards load gbs or aocx`, "use a bitstream in one of those formats built for interface " + testIf}},
 		"xclbin on OPAE": {intel(discovery.DriverOPAE), xclbin, []string{`has kernel driver "opae"`}},
-		"GBS on XRT":     {xrtTestCard(t, testXIf, ""), gbs, []string{"is GBS bitstream, for Intel FPGA cards", "card " + testUserPF + " (port fpga-0000-3b-00-1-p0) is an AMD/Xilinx card driven by XRT", "use an xclbin built for interface " + testXIf}},
-		"AOCX on XRT":    {xrtTestCard(t, testXIf, ""), aocx, []string{"is AOCX bitstream"}},
+		"GBS on XRT":     {xrtTestCard(t, testXIf, ""), gbs, []string{"is in format gbs", "card " + testUserPF + ` (port fpga-0000-3b-00-1-p0) has kernel driver "xrt", whose cards load xclbin`, "built for interface " + testXIf}},
+		"AOCX on XRT":    {xrtTestCard(t, testXIf, ""), aocx, []string{"is in format aocx"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -376,8 +376,8 @@ func TestReadXclbinUUID(t *testing.T) {
 			id, err := readXclbinUUID(port, testXclbin)
 			if tc.err != "" {
 				wantErr(t, err, port.AFUIDPath(), tc.err)
-				if errors.Is(err, errNotLoaded) != tc.notLoaded {
-					t.Errorf("error %q matches errNotLoaded: %v, want %v", err, !tc.notLoaded, tc.notLoaded)
+				if errors.Is(err, ErrNotLoaded) != tc.notLoaded {
+					t.Errorf("error %q matches ErrNotLoaded: %v, want %v", err, !tc.notLoaded, tc.notLoaded)
 				}
 				return
 			}

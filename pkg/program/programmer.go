@@ -1,13 +1,14 @@
 // Package program finds, verifies and loads FPGA bitstreams: the GBS, AOCX
-// and xclbin formats, the node's bitstream repository, and the programming
-// backends (DFL and OPAE ioctls, XRT's tool for Alveo cards, and a simulated
-// one for tests and demos).
+// and xclbin formats, the node's bitstream repository, the card families'
+// programming (Family, Register: DFL and OPAE ioctls, XRT's tool for Alveo
+// cards) and a simulated programmer for tests and demos.
 package program
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -41,12 +42,14 @@ const (
 	KindSim = "sim"
 )
 
-// ProgrammerKinds lists the kinds NewProgrammer accepts.
+// ProgrammerKinds lists the kinds of the families this package programs
+// itself; NewProgrammer also takes the name of any family registered
+// since (see Register).
 var ProgrammerKinds = []string{KindAuto, KindDFL, KindOPAE, KindXRT, KindSim}
 
 type programmerConfig struct {
 	sim *SimProgrammer
-	xrt XRTConfig
+	ProgrammerConfig
 }
 
 // ProgrammerOption configures NewProgrammer.
@@ -57,44 +60,40 @@ func WithSimulator(s *SimProgrammer) ProgrammerOption {
 	return func(c *programmerConfig) { c.sim = s }
 }
 
-// NewProgrammer returns the backend for kind: "dfl" and "opae" issue the
-// kernel drivers' PR ioctls, "xrt" runs XRT's tool (configured by WithXRT),
-// "auto" picks one of them per call by card.Driver, "sim" simulates. The DFL
-// and OPAE backends serialise PR per FME across the whole process.
+// NewProgrammer returns the backend for kind: a registered family's name
+// ("dfl", "opae", "xrt", ...) gives that family's programmer (DFL and OPAE
+// issue the kernel drivers' PR ioctls, serialised per FME across the
+// process; XRT runs XRT's tool, configured by WithXRT), "auto" picks the
+// programmer of each card's family per call, "sim" simulates.
 func NewProgrammer(kind string, opts ...ProgrammerOption) (Programmer, error) {
 	var cfg programmerConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	xrtCfg, err := cfg.xrt.withDefaults()
-	if err != nil {
+	if _, err := cfg.XRT.withDefaults(); err != nil {
 		return nil, err
 	}
-	locks := &processFMELocks
 	switch kind {
 	case KindAuto, "":
-		return &autoProgrammer{dfl: &dflProgrammer{locks: locks}, opae: &opaeProgrammer{locks: locks}, xrt: &xrtProgrammer{cfg: xrtCfg}}, nil
-	case KindDFL:
-		return &dflProgrammer{locks: locks}, nil
-	case KindOPAE:
-		return &opaeProgrammer{locks: locks}, nil
-	case KindXRT:
-		return &xrtProgrammer{cfg: xrtCfg}, nil
+		return &autoProgrammer{cfg: cfg.ProgrammerConfig, backends: map[discovery.KernelDriver]Programmer{}}, nil
 	case KindSim:
 		if cfg.sim != nil {
 			return cfg.sim, nil
 		}
 		return &SimProgrammer{}, nil
 	}
-	return nil, fmt.Errorf("programmer %q is not one of %s", kind, strings.Join(ProgrammerKinds, ", "))
+	if f := FamilyOf(discovery.KernelDriver(kind)); f != nil {
+		return f.NewProgrammer(cfg.ProgrammerConfig)
+	}
+	return nil, fmt.Errorf("programmer %q is not one of %s", kind, strings.Join(kinds(), ", "))
 }
 
-// autoProgrammer dispatches each call to the backend of the card's kernel
-// driver.
+// autoProgrammer dispatches each call to the programmer of the card's
+// family, made at its first card.
 type autoProgrammer struct {
-	dfl  *dflProgrammer
-	opae *opaeProgrammer
-	xrt  *xrtProgrammer
+	cfg      ProgrammerConfig
+	mu       sync.Mutex
+	backends map[discovery.KernelDriver]Programmer
 }
 
 func (a *autoProgrammer) Name() string { return KindAuto }
@@ -107,20 +106,26 @@ func (a *autoProgrammer) Program(ctx context.Context, card *discovery.Card, port
 	return p.Program(ctx, card, port, payload)
 }
 
-// backend returns the programmer for card's kernel driver.
+// backend returns the programmer of card's family.
 func (a *autoProgrammer) backend(card *discovery.Card) (Programmer, error) {
 	if card == nil {
 		return nil, fmt.Errorf("%w: card is required", ErrProgramFailed)
 	}
-	switch card.Driver {
-	case discovery.DriverDFL:
-		return a.dfl, nil
-	case discovery.DriverOPAE:
-		return a.opae, nil
-	case discovery.DriverXRT:
-		return a.xrt, nil
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.backends[card.Driver]; p != nil {
+		return p, nil
 	}
-	return nil, fmt.Errorf("%w: card %s has kernel driver %q, which no programmer handles (want %q, %q or %q)", ErrProgramFailed, card.PCIAddress, card.Driver, discovery.DriverDFL, discovery.DriverOPAE, discovery.DriverXRT)
+	f := FamilyOf(card.Driver)
+	if f == nil {
+		return nil, fmt.Errorf("%w: card %s has kernel driver %q, which no programmer handles (want one of %s)", ErrProgramFailed, card.PCIAddress, card.Driver, strings.Join(kinds()[1:len(kinds())-1], ", "))
+	}
+	p, err := f.NewProgrammer(a.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: card %s: programmer of family %q: %w", ErrProgramFailed, card.PCIAddress, card.Driver, err)
+	}
+	a.backends[card.Driver] = p
+	return p, nil
 }
 
 // backendName is the Name of the backend p uses for card: for "auto", the

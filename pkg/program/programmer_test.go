@@ -40,7 +40,11 @@ func TestNewProgrammerXRTConfig(t *testing.T) {
 		}
 		x, ok := p.(*xrtProgrammer)
 		if a, isAuto := p.(*autoProgrammer); isAuto {
-			x, ok = a.xrt, true
+			b, err := a.backend(&discovery.Card{Driver: discovery.DriverXRT})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, ok = b.(*xrtProgrammer)
 		}
 		if want := (XRTConfig{ToolDir: "/opt/xilinx/xrt/bin", HostRoot: "/host", Timeout: time.Minute}); !ok || x.cfg != want {
 			t.Errorf("%s: config %+v, want %+v", kind, x.cfg, want)

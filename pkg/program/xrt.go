@@ -65,7 +65,7 @@ type XRTConfig struct {
 
 // WithXRT configures the XRT programmer that kinds "xrt" and "auto" use.
 func WithXRT(c XRTConfig) ProgrammerOption {
-	return func(pc *programmerConfig) { pc.xrt = c }
+	return func(pc *programmerConfig) { pc.XRT = c }
 }
 
 // withDefaults fills in the defaults and checks c.
@@ -321,12 +321,13 @@ func (t *tailBuffer) lastLines() string {
 	return fmt.Sprintf(", its output ending %q", strings.Join(lines, " | "))
 }
 
-// errNotLoaded: an XRT card's xclbinuuid is empty.
-var errNotLoaded = errors.New("empty: no xclbin loaded")
+// ErrNotLoaded: a card reports nothing loaded yet (an XRT card's empty
+// xclbinuuid); see LoadedReader.
+var ErrNotLoaded = errors.New("empty: no xclbin loaded")
 
 // readXclbinUUID reads the xclbin UUID an XRT card's user function reports
 // in xclbinuuid: one dashed UUID a line, one line per slot, nothing when no
-// xclbin is loaded (the error then matches errNotLoaded). It returns want
+// xclbin is loaded (the error then matches ErrNotLoaded). It returns want
 // when any slot holds it, else the first slot's UUID. The read is not
 // bounded: it blocks as long as the kernel does, so callers bound it (see
 // verifyAFU, discovery.ReadBounded).
@@ -338,7 +339,7 @@ func readXclbinUUID(port *discovery.Port, want string) (string, error) {
 	}
 	slots := strings.Fields(string(data))
 	if len(slots) == 0 {
-		return "", fmt.Errorf("read %s: %w", path, errNotLoaded)
+		return "", fmt.Errorf("read %s: %w", path, ErrNotLoaded)
 	}
 	var first string
 	for _, s := range slots {

@@ -104,23 +104,7 @@ func (n *Node) AddAlveo(model string) (*AlveoCard, error) {
 	c.MgmtPath = filepath.Join(bridge, c.MgmtAddress)
 	c.UserPath = filepath.Join(bridge, c.UserAddress)
 	numa := n.numa(j)
-	pci := func(dir, addr, device, driver string) error {
-		files := map[string]string{
-			"vendor": "0x10ee", "device": device, "class": "0x120000", "numa_node": numa, "local_cpulist": "0-1",
-			"subsystem_vendor": "0x10ee", "subsystem_device": "0x000e",
-			"uevent": "DRIVER=" + driver + "\nPCI_ID=10EE:" + strings.ToUpper(strings.TrimPrefix(device, "0x")) + "\nPCI_SLOT_NAME=" + addr + "\n",
-		}
-		for name, v := range files {
-			if err := writeFile(filepath.Join(dir, name), v+"\n"); err != nil {
-				return err
-			}
-		}
-		if err := n.link(filepath.Join(n.Root, "sys/bus/pci/devices", addr), dir); err != nil {
-			return err
-		}
-		return n.link(filepath.Join(n.Root, "sys/bus/pci/drivers", driver, addr), dir)
-	}
-	if err := pci(c.MgmtPath, c.MgmtAddress, m.MgmtDevice, "xclmgmt"); err != nil {
+	if err := n.alveoFunction(c.MgmtPath, c.MgmtAddress, m.MgmtDevice, "xclmgmt", numa); err != nil {
 		return nil, err
 	}
 	mgmtInstance := c.Instance - 1
@@ -134,8 +118,43 @@ func (n *Node) AddAlveo(model string) (*AlveoCard, error) {
 		return nil, err
 	}
 
-	if err := pci(c.UserPath, c.UserAddress, m.UserDevice, "xocl"); err != nil {
+	if err := n.writeAlveoUser(c, m, numa); err != nil {
 		return nil, err
+	}
+	// The management side's xfpga nodes are never a user's.
+	mgmtNode := fmt.Sprintf("flash.m%d", mgmtInstance)
+	if err := n.charDev(filepath.Join(c.MgmtPath, "flash", mgmtNode), filepath.Join(n.Root, "dev/xfpga", mgmtNode), MajorXfpga, 64+j); err != nil {
+		return nil, err
+	}
+	n.Alveo = append(n.Alveo, c)
+	return c, nil
+}
+
+// alveoFunction writes one PCI function of an Alveo card at dir, bound to
+// driver, with its bus and driver links.
+func (n *Node) alveoFunction(dir, addr, device, driver, numa string) error {
+	files := map[string]string{
+		"vendor": "0x10ee", "device": device, "class": "0x120000", "numa_node": numa, "local_cpulist": "0-1",
+		"subsystem_vendor": "0x10ee", "subsystem_device": "0x000e",
+		"uevent": "DRIVER=" + driver + "\nPCI_ID=10EE:" + strings.ToUpper(strings.TrimPrefix(device, "0x")) + "\nPCI_SLOT_NAME=" + addr + "\n",
+	}
+	for name, v := range files {
+		if err := writeFile(filepath.Join(dir, name), v+"\n"); err != nil {
+			return err
+		}
+	}
+	if err := n.link(filepath.Join(n.Root, "sys/bus/pci/devices", addr), dir); err != nil {
+		return err
+	}
+	return n.link(filepath.Join(n.Root, "sys/bus/pci/drivers", driver, addr), dir)
+}
+
+// writeAlveoUser writes card c's user PF: its attributes, DRM nodes and
+// (on a QDMA shell) its xfpga user node.
+func (n *Node) writeAlveoUser(c *AlveoCard, m AlveoModel, numa string) error {
+	j := c.Index
+	if err := n.alveoFunction(c.UserPath, c.UserAddress, m.UserDevice, "xocl", numa); err != nil {
+		return err
 	}
 	ids := make([]string, len(m.InterfaceIDs))
 	for i, id := range m.InterfaceIDs {
@@ -162,32 +181,26 @@ func (n *Node) AddAlveo(model string) (*AlveoCard, error) {
 	}
 	for name, v := range files {
 		if err := writeFile(filepath.Join(c.UserPath, name), v+"\n"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	render := fmt.Sprintf("renderD%d", 128+j)
 	c.RenderPath = filepath.Join(n.Root, "dev/dri", render)
 	if err := n.charDev(filepath.Join(c.UserPath, "drm", render), c.RenderPath, MajorDRM, 128+j); err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.charDev(filepath.Join(c.UserPath, "drm", fmt.Sprintf("card%d", j)), filepath.Join(n.Root, "dev/dri", fmt.Sprintf("card%d", j)), MajorDRM, j); err != nil {
-		return nil, err
+		return err
 	}
 	if m.QDMA {
 		name := fmt.Sprintf("dma.qdma.u%d.0", c.Instance)
 		path := filepath.Join(n.Root, "dev/xfpga", name)
 		if err := n.charDev(filepath.Join(c.UserPath, "dma.qdma.u.0", name), path, MajorXfpga, j); err != nil {
-			return nil, err
+			return err
 		}
 		c.XfpgaPaths = append(c.XfpgaPaths, path)
 	}
-	// The management side's xfpga nodes are never a user's.
-	mgmtNode := fmt.Sprintf("flash.m%d", mgmtInstance)
-	if err := n.charDev(filepath.Join(c.MgmtPath, "flash", mgmtNode), filepath.Join(n.Root, "dev/xfpga", mgmtNode), MajorXfpga, 64+j); err != nil {
-		return nil, err
-	}
-	n.Alveo = append(n.Alveo, c)
-	return c, nil
+	return nil
 }
 
 // charDev writes a character device's sysfs dev file and /sys/dev/char
