@@ -21,7 +21,9 @@ func (c *Cluster) Down() {
 		c.procs[i].Stop(15 * time.Second)
 	}
 	_ = os.Remove(filepath.Join(c.Dir, "pids"))
-	cleanupHost(c.Dir)
+	if !c.cfg.APIServerOnly { // no node left anything on the host
+		cleanupHost(c.Dir)
+	}
 }
 
 // RemoveRunDir deletes the run's directory, logs included, when Up made it
