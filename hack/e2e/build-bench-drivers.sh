@@ -2,8 +2,8 @@
 # Builds the DRA drivers `make bench-e2e` compares ours with, and caches them
 # by version outside the repository:
 #   dra-test-driver            k8s.io/kubernetes/test/e2e/dra/test-driver, from
-#                              the scratch module of build-cluster-binaries.sh
-#                              (run first: it writes that module);
+#                              a copy of the scratch module of
+#                              build-cluster-binaries.sh (run that first);
 #   dra-example-kubeletplugin  sigs.k8s.io/dra-example-driver's kubelet plugin,
 #                              from a scratch module requiring its release.
 # Only what is missing is built. Prints the directory holding both last.
@@ -23,13 +23,19 @@ BIN="${CACHE}/bin/bench-drivers_k8s-${K8S_VERSION}_example-${EXAMPLE_VERSION}"
 SRC="${CACHE}/src"
 mkdir -p "${BIN}" "${SRC}"
 
+# A copy of build-cluster-binaries.sh's scratch module (run that first: it
+# writes it), so that adding the test driver's packages leaves that one as
+# it is.
 k8s_mod="${SRC}/k8s-${K8S_VERSION}"
+test_mod="${SRC}/k8s-${K8S_VERSION}-test-driver"
 test_driver_build() {
-  if [ ! -f "${k8s_mod}/go.mod" ]; then
+  if [ ! -f "${k8s_mod}/go.sum" ]; then
     echo "no scratch module ${k8s_mod}: run hack/e2e/build-cluster-binaries.sh first" >&2
     return 1
   fi
-  (cd "${k8s_mod}" && go get "k8s.io/kubernetes/test/e2e/dra/test-driver@${K8S_VERSION}" &&
+  mkdir -p "${test_mod}"
+  cp "${k8s_mod}/go.mod" "${k8s_mod}/go.sum" "${k8s_mod}/main.go" "${test_mod}/"
+  (cd "${test_mod}" && go get "k8s.io/kubernetes/test/e2e/dra/test-driver@${K8S_VERSION}" &&
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${BIN}/dra-test-driver.tmp" k8s.io/kubernetes/test/e2e/dra/test-driver)
   mv "${BIN}/dra-test-driver.tmp" "${BIN}/dra-test-driver"
 }

@@ -1061,12 +1061,10 @@ func TestKubeletProgrammingAfterBindingReported(t *testing.T) {
 	if calls := bn.Programmer.TotalCalls(); calls != 1 {
 		t.Fatalf("the kubelet's prepare programmed %d times, want once", calls)
 	}
-	obj, err := bn.client.Tracker().Get(claimsResource, c.Namespace, c.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The status is written once the kubelet has its answer.
+	got = bn.waitClaim(t, c, func(c *resourceapi.ResourceClaim) bool { return readyIn(c, dev0) })
 	bitstream := filepath.Join(bn.RepoDir, "accel.gbs")
-	data := deviceData(t, obj.(*resourceapi.ResourceClaim), dev0)
+	data := deviceData(t, got, dev0)
 	if data.AFUID != NewAFU || data.Bitstream != bitstream || data.SHA256 != fileSHA256(t, bitstream) || data.ProgrammedAt == nil {
 		t.Fatalf("device data after the kubelet's prepare programmed %s: %+v, want AFU %s from %s, with its sha256 and when", dev0, data, NewAFU, bitstream)
 	}

@@ -70,6 +70,11 @@ func startDrivers(ctx context.Context, c *localcluster.Cluster, o options, logf 
 		{"example", "dra-example-kubeletplugin", startExampleDriver},
 	}
 	need := slices.Max(o.concurrency)
+	for _, dir := range []string{"registry", "plugins", "cdi-fpga", "cdi-test", "cdi-example"} {
+		if err := os.MkdirAll(filepath.Join(c.Dir, dir), 0o755); err != nil {
+			return nil, err
+		}
+	}
 	var out []*driver
 	for _, s := range starts {
 		if !want(s.name) {
