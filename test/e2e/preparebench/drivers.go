@@ -65,19 +65,20 @@ func startDrivers(ctx context.Context, c *localcluster.Cluster, o options, logf 
 		bin   string
 		start func(context.Context, *localcluster.Cluster, options, string) (*driver, error)
 	}{
-		{"fpga", "", startOurs},
+		{"fpga", "", ours("fpga", localcluster.DriverName, o.repo)},
+		{"before", "", ours("before", "before."+localcluster.DriverName, o.before)},
 		{"test", "dra-test-driver", startTestDriver},
 		{"example", "dra-example-kubeletplugin", startExampleDriver},
 	}
 	need := slices.Max(o.concurrency)
-	for _, dir := range []string{"registry", "plugins", "cdi-fpga", "cdi-test", "cdi-example"} {
+	for _, dir := range []string{"registry", "plugins", "cdi-test", "cdi-example"} {
 		if err := os.MkdirAll(filepath.Join(c.Dir, dir), 0o755); err != nil {
 			return nil, err
 		}
 	}
 	var out []*driver
 	for _, s := range starts {
-		if !want(s.name) {
+		if !want(s.name) || (s.name == "before" && o.before == "") {
 			continue
 		}
 		bin := ""
@@ -107,41 +108,44 @@ func startDrivers(ctx context.Context, c *localcluster.Cluster, o options, logf 
 	return out, nil
 }
 
-// startOurs builds our driver with the pprof tag and runs it in DRA mode
-// on a simulated node of eight single-port DFL cards, with its defaults.
-func startOurs(ctx context.Context, c *localcluster.Cluster, o options, _ string) (*driver, error) {
-	dir := filepath.Join(c.Dir, "fpga")
-	bin := filepath.Join(dir, "fpga-dra-driver")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "pprof", "-o", bin, "./cmd/fpga-dra-driver")
-	build.Dir = o.repo
-	if b, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build: %w\n%s", err, b)
+// ours starts our driver built from repo with the pprof tag, as name with
+// the DRA driver name driverName, in DRA mode on a simulated node of eight
+// single-port DFL cards, with its defaults.
+func ours(name, driverName, repo string) func(context.Context, *localcluster.Cluster, options, string) (*driver, error) {
+	return func(ctx context.Context, c *localcluster.Cluster, o options, _ string) (*driver, error) {
+		dir := filepath.Join(c.Dir, name)
+		bin := filepath.Join(dir, "fpga-dra-driver")
+		build := exec.CommandContext(ctx, "go", "build", "-tags", "pprof", "-o", bin, "./cmd/fpga-dra-driver")
+		build.Dir = repo
+		if b, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build in %s: %w\n%s", repo, err, b)
+		}
+		root := filepath.Join(dir, "node")
+		if _, err := simnode.Write(root, simnode.Options{Driver: discovery.DriverDFL, Cards: 8, PortsPerCard: 1}); err != nil {
+			return nil, err
+		}
+		bitstreams := filepath.Join(root, "srv/fpga/bitstreams")
+		if err := os.MkdirAll(bitstreams, 0o755); err != nil {
+			return nil, err
+		}
+		ports, err := localcluster.FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		d := &driver{name: name, driverName: driverName, pprof: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+		pluginDir := filepath.Join(c.Dir, "plugins", d.driverName)
+		d.sock = filepath.Join(pluginDir, "dra.sock")
+		d.proc, err = c.Start(d.name, bin, []string{"run", "--mode=dra", "--driver-name", driverName,
+			"--kubeconfig", c.AdminKubeconfig, "--node-name", c.NodeName,
+			"--kube-api-qps", fmt.Sprint(o.qps), "--kube-api-burst", fmt.Sprint(2 * o.qps),
+			"--root", root, "--registrar-dir", filepath.Join(c.Dir, "registry"), "--plugin-dir", pluginDir,
+			"--cdi-dir", filepath.Join(dir, "cdi"),
+			"--bitstream-dir", bitstreams, "--bitstream-cache-dir", filepath.Join(dir, "oci-cache"),
+			"--programmer", "sim", "--uevent-source", "none",
+			"--pod-resources-socket", filepath.Join(dir, "pod-resources.sock"),
+		}, []string{"FPGA_DRA_PPROF_ADDRESS=" + d.pprof})
+		return d, err
 	}
-	root := filepath.Join(dir, "node")
-	if _, err := simnode.Write(root, simnode.Options{Driver: discovery.DriverDFL, Cards: 8, PortsPerCard: 1}); err != nil {
-		return nil, err
-	}
-	bitstreams := filepath.Join(root, "srv/fpga/bitstreams")
-	if err := os.MkdirAll(bitstreams, 0o755); err != nil {
-		return nil, err
-	}
-	ports, err := localcluster.FreePorts(1)
-	if err != nil {
-		return nil, err
-	}
-	d := &driver{name: "fpga", driverName: localcluster.DriverName, pprof: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	pluginDir := filepath.Join(c.Dir, "plugins", d.driverName)
-	d.sock = filepath.Join(pluginDir, "dra.sock")
-	d.proc, err = c.Start(d.name, bin, []string{"run", "--mode=dra",
-		"--kubeconfig", c.AdminKubeconfig, "--node-name", c.NodeName,
-		"--kube-api-qps", fmt.Sprint(o.qps), "--kube-api-burst", fmt.Sprint(2 * o.qps),
-		"--root", root, "--registrar-dir", filepath.Join(c.Dir, "registry"), "--plugin-dir", pluginDir,
-		"--cdi-dir", filepath.Join(c.Dir, "cdi-fpga"),
-		"--bitstream-dir", bitstreams, "--bitstream-cache-dir", filepath.Join(dir, "oci-cache"),
-		"--programmer", "sim", "--uevent-source", "none",
-		"--pod-resources-socket", filepath.Join(dir, "pod-resources.sock"),
-	}, []string{"FPGA_DRA_PPROF_ADDRESS=" + d.pprof})
-	return d, err
 }
 
 // startTestDriver runs the upstream DRA test driver's kubelet plugin.
@@ -168,6 +172,9 @@ func startExampleDriver(_ context.Context, c *localcluster.Cluster, o options, b
 // driverName's socket below the run's plugins directory.
 func startPlugin(c *localcluster.Cluster, name, driverName, bin string, args []string) (*driver, error) {
 	d := &driver{name: name, driverName: driverName, sock: filepath.Join(c.Dir, "plugins", driverName, "dra.sock")}
+	if err := os.MkdirAll(filepath.Dir(d.sock), 0o750); err != nil {
+		return nil, err
+	}
 	var err error
 	d.proc, err = c.Start(name+"-driver", bin, args, nil)
 	return d, err

@@ -24,6 +24,9 @@
 // are the client's latencies of every call of every round: p50 and p99 per
 // driver, call and concurrency, and the ratio of ours to the test driver's.
 //
+// --before DIR also measures the driver of another checkout (a git
+// worktree of an earlier commit) in the same run, as "before".
+//
 // --cpuprofile FILE then profiles our daemon (built with the pprof tag)
 // while it alone prepares for --profile-seconds.
 package main
@@ -45,6 +48,7 @@ import (
 
 type options struct {
 	bin, drivers, repo, dir string
+	before                  string
 	only                    string
 	claims, rounds          int
 	concurrency             []int
@@ -59,8 +63,9 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "directory of the cluster binaries (hack/e2e/build-cluster-binaries.sh prints it)")
 	flag.StringVar(&o.drivers, "drivers", "", "directory of dra-test-driver and dra-example-kubeletplugin (hack/e2e/build-bench-drivers.sh prints it); empty measures ours only")
 	flag.StringVar(&o.repo, "repo", ".", "repository root (to build our driver)")
+	flag.StringVar(&o.before, "before", "", "another checkout of this repository (e.g. a git worktree of an earlier commit) whose driver is measured beside ours as \"before\"")
 	flag.StringVar(&o.dir, "dir", "", "run directory (logs); a new one below the temporary directory, removed after a passing run, when empty")
-	flag.StringVar(&o.only, "only", "", "comma-separated drivers to measure (fpga, test, example); all found when empty")
+	flag.StringVar(&o.only, "only", "", "comma-separated drivers to measure (fpga, before, test, example); all found when empty")
 	flag.IntVar(&o.claims, "claims", 96, "claims per driver, concurrency and round")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each measures every driver at every concurrency")
 	flag.StringVar(&conc, "concurrency", "1,8", "comma-separated concurrencies")

@@ -42,7 +42,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 // prepare and unprepare in milliseconds, with ours relative to the test
 // driver's.
 func (r results) print(w io.Writer, drivers []*driver, concurrency []int) {
-	fmt.Fprintf(w, "\nkubelet-side latency (ms) over %d CPUs; ratio = fpga / test at p50\n", runtime.NumCPU())
+	fmt.Fprintf(w, "\nkubelet-side latency (ms) over %d CPUs; x/test = p50 ratio to the test driver\n", runtime.NumCPU())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "concurrency\tdriver\tcalls\tprepare p50\tprepare p99\tunprepare p50\tunprepare p99\t")
 	for _, n := range concurrency {
@@ -55,12 +55,16 @@ func (r results) print(w io.Writer, drivers []*driver, concurrency []int) {
 				ms(quantile(s.prepare, 0.5)), ms(quantile(s.prepare, 0.99)),
 				ms(quantile(s.unprepare, 0.5)), ms(quantile(s.unprepare, 0.99)))
 		}
-		ours, test := r["fpga"][n], r["test"][n]
-		if ours != nil && test != nil {
+		test := r["test"][n]
+		for _, name := range []string{"before", "fpga"} {
+			ours := r[name][n]
+			if ours == nil || test == nil {
+				continue
+			}
 			ratio := func(a, b []time.Duration) string {
 				return fmt.Sprintf("%.2fx", float64(quantile(a, 0.5))/float64(quantile(b, 0.5)))
 			}
-			fmt.Fprintf(tw, "%d\tratio\t\t%s\t\t%s\t\t\n", n, ratio(ours.prepare, test.prepare), ratio(ours.unprepare, test.unprepare))
+			fmt.Fprintf(tw, "%d\t%s/test\t\t%s\t\t%s\t\t\n", n, name, ratio(ours.prepare, test.prepare), ratio(ours.unprepare, test.unprepare))
 		}
 	}
 	tw.Flush()
