@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	resourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
@@ -37,6 +38,10 @@ type driver struct {
 	devices []string
 	// pprof is the address our daemon serves profiles on.
 	pprof string
+	// writesStatus: the driver reports prepared devices in the claim's
+	// status (ours); claims reads them.
+	writesStatus bool
+	claims       resourcev1.ResourceClaimInterface
 }
 
 // createNode creates the Node object the drivers publish their slices for
@@ -132,7 +137,8 @@ func ours(name, driverName, repo string) func(context.Context, *localcluster.Clu
 		if err != nil {
 			return nil, err
 		}
-		d := &driver{name: name, driverName: driverName, pprof: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+		d := &driver{name: name, driverName: driverName, pprof: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+			writesStatus: true, claims: c.Client.ResourceV1().ResourceClaims(namespace)}
 		pluginDir := filepath.Join(c.Dir, "plugins", d.driverName)
 		d.sock = filepath.Join(pluginDir, "dra.sock")
 		d.proc, err = c.Start(d.name, bin, []string{"run", "--mode=dra", "--driver-name", driverName,

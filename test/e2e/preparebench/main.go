@@ -19,7 +19,11 @@
 // NodeUnprepareResources (kubelet DRA gRPC v1) for claims it created and
 // allocated in the API server, so every prepare includes the claim read
 // the kubeletplugin library makes. At concurrency c, c workers each prepare
-// and unprepare claims on a device of their own, one after another. Rounds
+// and unprepare claims on a device of their own, one after another; between
+// the two calls (untimed) it waits until our driver reported the device in
+// the claim's status, as it does long before a pod ends, so that every
+// prepare's status write is part of the load and the unprepare does not
+// overlap it. Rounds
 // alternate the drivers so that they share the machine's noise; the figures
 // are the client's latencies of every call of every round: p50 and p99 per
 // driver, call and concurrency, and the ratio of ours to the test driver's.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,11 @@ func (d *driver) prepareEach(ctx context.Context, claims []*resourceapi.Resource
 		if r := prep.Claims[string(claim.UID)]; r == nil || r.Error != "" || len(r.Devices) == 0 {
 			return s, fmt.Errorf("prepare %s: %+v", claim.Name, r)
 		}
+		if d.writesStatus {
+			if err := d.waitStatus(ctx, claim); err != nil {
+				return s, err
+			}
+		}
 		start = time.Now()
 		unprep, err := d.client.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: ref})
 		s.unprepare = append(s.unprepare, time.Since(start))
@@ -82,6 +88,30 @@ func (d *driver) prepareEach(ctx context.Context, claims []*resourceapi.Resource
 		}
 	}
 	return s, nil
+}
+
+// waitStatus waits until the driver reported the claim's device in its
+// status, as it does long before a pod ends: the write is part of every
+// prepare's cost, and the unprepare does not overlap it.
+func (d *driver) waitStatus(ctx context.Context, claim *resourceapi.ResourceClaim) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := d.claims.Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read claim %s: %w", claim.Name, err)
+		}
+		if slices.ContainsFunc(got.Status.Devices, func(s resourceapi.AllocatedDeviceStatus) bool { return s.Driver == d.driverName }) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s never reported claim %s in its status", d.name, claim.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond): // polling another process's write
+		}
+	}
 }
 
 // allocatedClaim creates a claim of one request and writes the allocation
