@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench cluster-binaries registry e2e-autoscale autoscaler-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench bench-e2e cluster-binaries registry e2e-autoscale autoscaler-binaries clean
 
 all: build
 
@@ -111,6 +111,16 @@ E2E_BENCHTIME ?= 20x
 e2e-bench: images
 	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && reg="$$(hack/e2e/build-registry.sh)" && \
 	FPGA_DRA_E2E=1 FPGA_DRA_CLUSTER_BIN="$$bin" FPGA_DRA_REGISTRY_BIN="$$reg" $(GO) test -count=1 -timeout 30m -run XXX -bench BindingLatency -benchtime $(E2E_BENCHTIME) -benchmem ./test/e2e/
+
+# The kubelet's side of a prepare, end to end: our driver's prepare and
+# unprepare latency (p50, p99 at concurrency 1 and 8) through its gRPC
+# socket against a real kube-apiserver, side by side with the upstream DRA
+# test driver and dra-example-driver (test/e2e/preparebench). Not part of
+# CI. E.g. BENCH_E2E_FLAGS="--rounds 9 --cpuprofile /tmp/fpga.pprof".
+BENCH_E2E_FLAGS ?=
+bench-e2e:
+	@bin="$$(hack/e2e/build-cluster-binaries.sh)" && drv="$$(hack/e2e/build-bench-drivers.sh)" && \
+	$(GO) run ./test/e2e/preparebench --bin "$$bin" --drivers "$$drv" $(BENCH_E2E_FLAGS)
 
 # Karpenter core with the kwok provider and FPGA instance types
 # (test/e2e/autoscale/provider, its own module, built with Go 1.27.3 fetched

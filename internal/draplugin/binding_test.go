@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/retry"
@@ -263,37 +262,6 @@ func clearAllocation(c *resourceapi.ResourceClaim) {
 	c.Status.Allocation, c.Status.Devices, c.Status.ReservedFor = nil, nil, nil
 }
 
-// waitClaim watches the API server until the claim satisfies ok, and
-// returns it. It reads through the fake's tracker, so that its reads are
-// not among the driver's recorded actions.
-func (bn *bindingNode) waitClaim(t testing.TB, c *resourceapi.ResourceClaim, ok func(*resourceapi.ResourceClaim) bool) *resourceapi.ResourceClaim {
-	t.Helper()
-	w, err := bn.client.Tracker().Watch(claimsResource, c.Namespace, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	timeout := time.After(20 * time.Second)
-	for {
-		obj, err := bn.client.Tracker().Get(claimsResource, c.Namespace, c.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cur := obj.(*resourceapi.ResourceClaim)
-		if ok(cur) {
-			return cur
-		}
-		select {
-		case ev, open := <-w.ResultChan():
-			if !open || ev.Type == watch.Error {
-				t.Fatalf("claim watch ended: %v", ev)
-			}
-		case <-timeout:
-			t.Fatalf("claim %s never reached the expected state; last status: %+v", c.Name, cur.Status.Devices)
-		}
-	}
-}
-
 // deviceStatus is a device's entry in a claim's status, or nil.
 func deviceStatus(c *resourceapi.ResourceClaim, device string) *resourceapi.AllocatedDeviceStatus {
 	for i, d := range c.Status.Devices {
@@ -403,14 +371,8 @@ func TestBinderProgramsBeforeBinding(t *testing.T) {
 	if rec, _ := bn.State.Claim(c.UID); rec.Phase != state.PhaseCompleted {
 		t.Fatalf("record phase %q after the kubelet's prepare, want %s", rec.Phase, state.PhaseCompleted)
 	}
-	obj, err := bn.client.Tracker().Get(claimsResource, c.Namespace, c.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = obj.(*resourceapi.ResourceClaim)
-	if ready := condition(got, dev0, draplugin.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
-		t.Fatalf("Ready after the kubelet's prepare: %+v", ready)
-	}
+	// Ready is written once the kubelet has its answer.
+	got = bn.waitClaim(t, c, func(c *resourceapi.ResourceClaim) bool { return readyIn(c, dev0) })
 	if cond := condition(got, dev0, conditionProgrammed); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Fatalf("the kubelet's prepare lost %s: %+v", conditionProgrammed, got.Status.Devices)
 	}
@@ -1099,12 +1061,10 @@ func TestKubeletProgrammingAfterBindingReported(t *testing.T) {
 	if calls := bn.Programmer.TotalCalls(); calls != 1 {
 		t.Fatalf("the kubelet's prepare programmed %d times, want once", calls)
 	}
-	obj, err := bn.client.Tracker().Get(claimsResource, c.Namespace, c.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The status is written once the kubelet has its answer.
+	got = bn.waitClaim(t, c, func(c *resourceapi.ResourceClaim) bool { return readyIn(c, dev0) })
 	bitstream := filepath.Join(bn.RepoDir, "accel.gbs")
-	data := deviceData(t, obj.(*resourceapi.ResourceClaim), dev0)
+	data := deviceData(t, got, dev0)
 	if data.AFUID != NewAFU || data.Bitstream != bitstream || data.SHA256 != fileSHA256(t, bitstream) || data.ProgrammedAt == nil {
 		t.Fatalf("device data after the kubelet's prepare programmed %s: %+v, want AFU %s from %s, with its sha256 and when", dev0, data, NewAFU, bitstream)
 	}

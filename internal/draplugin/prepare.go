@@ -11,7 +11,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
@@ -37,11 +36,15 @@ type Claims struct {
 	// Metrics counts prepares and unprepares; nil counts nothing.
 	Metrics *drivermetrics.Metrics
 	// Client, when set, writes each prepared device's status in its
-	// claim (the Ready condition and DeviceData).
+	// claim (the Ready condition and DeviceData) once the kubelet has
+	// its answer.
 	Client kubernetes.Interface
 	// Slices are the published devices' options: a prepared device's
 	// metadata for the container carries its published attributes.
 	Slices SliceOptions
+
+	// ready writes the prepared devices' status.
+	ready readyWrites
 }
 
 var _ ClaimPreparer = &Claims{}
@@ -113,7 +116,7 @@ func (c *Claims) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	done(drivermetrics.OutcomeSuccess)
 	result := c.result(out, devs)
-	c.writeReady(ctx, claim, out, devs)
+	c.reportReady(ctx, claim, out, devs)
 	return *result
 }
 
@@ -157,36 +160,6 @@ func (c *Claims) metadata(d state.PreparedDevice, devs *discovery.Result) *kubel
 		attrs["deviceNodes"] = resourceapi.DeviceAttribute{StringValue: &joined}
 	}
 	return &kubeletplugin.DeviceMetadata{Attributes: attrs}
-}
-
-// writeReady reports the prepared devices in the claim's status: Ready,
-// and what the driver knows about each (DeviceData). A failure is logged:
-// the devices are prepared either way.
-func (c *Claims) writeReady(ctx context.Context, claim *resourceapi.ResourceClaim, out state.Outcome, devs *discovery.Result) {
-	if c.Client == nil {
-		return
-	}
-	rec, _ := c.State.Claim(claim.UID)
-	bound := bindingResults(claim, c.DriverName, c.PoolName)
-	var entries []deviceStatus
-	for _, d := range out.Devices {
-		e := deviceStatus{
-			pool: c.PoolName, device: d.Device,
-			conditions: []metav1.Condition{condition(ConditionReady, metav1.ConditionTrue, "Prepared", "the device is prepared for the claim's containers")},
-		}
-		// A device programmed before binding has the binding worker's
-		// data, with how long programming took and when; it stays,
-		// unless this prepare programmed the region again (it lost what
-		// was loaded before binding): then that data is no longer true.
-		reprogrammed := slices.ContainsFunc(out.Programmed, func(p state.Programming) bool { return p.Device == d.Device && p.Err == nil })
-		if reprogrammed || !slices.ContainsFunc(bound, func(r resourceapi.DeviceRequestAllocationResult) bool { return r.Device == d.Device }) {
-			e.data = deviceData(c.State, rec, d.Device, devs)
-		}
-		entries = append(entries, e)
-	}
-	if _, err := writeDeviceStatus(ctx, c.Client, claim, c.DriverName, entries); err != nil && !errors.Is(err, errAllocationChanged) {
-		klog.FromContext(ctx).Error(err, "Reporting the prepared devices in the claim's status failed")
-	}
 }
 
 // requests lists the claim's devices of this driver and pool with the
