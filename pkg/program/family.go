@@ -97,6 +97,13 @@ func (f intelFamily) NewProgrammer(ProgrammerConfig) (Programmer, error) {
 	return f.newProgrammer(&processFMELocks), nil
 }
 
+// MatchUevent implements discovery.UeventMatcher as the discovery family
+// does: wrapping it must not hide its hot-plug events.
+func (f intelFamily) MatchUevent(e discovery.Uevent) bool {
+	m, ok := f.Family.(discovery.UeventMatcher)
+	return ok && m.MatchUevent(e)
+}
+
 // xrtFamily is the XRT family: Alveo cards loaded with an xclbin through
 // XRT's tool.
 type xrtFamily struct{ discovery.Family }
