@@ -112,9 +112,13 @@ type Card struct {
 	// ("0000:81:00.0"): the Intel physical function, the Alveo user PF.
 	PCIAddress string
 	// PCIPath is the resolved sysfs directory of that function.
-	PCIPath  string
-	VendorID string // "0x8086"
-	DeviceID string // "0x09c4"
+	PCIPath string
+	// ManagementPath is the sysfs directory of the card's management
+	// function where a family's cards have one apart (an Alveo card's
+	// management PF), else "".
+	ManagementPath string
+	VendorID       string // "0x8086"
+	DeviceID       string // "0x09c4"
 	// Model is a readable card name where the family knows the card
 	// ("Intel PAC D5005", "AMD Alveo U250"), else "".
 	Model string
@@ -156,9 +160,6 @@ type Card struct {
 	// tempCrit is the hwmon critical temperature in millidegrees Celsius
 	// (0 until read): a threshold of the card's hardware, read once.
 	tempCrit int64
-	// ManagementPath is the sysfs directory of the card's management
-	// function, set by a family whose cards have one apart ("" without).
-	ManagementPath string
 	// readAt is when the pass that read what the card shows began: zero
 	// while the pass that reads it runs; a stalled copy keeps its own.
 	readAt time.Time
