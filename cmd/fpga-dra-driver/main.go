@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // the card families: Intel's are built in
 )
 
 func main() {

@@ -20,6 +20,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // scans read XRT cards
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // scans read XRT cards
 )
 
 // TestContainerNodesRefusesManagementNodes: a container gets a port's

@@ -60,7 +60,7 @@ func (r stuckRead) health(addr string, timeout time.Duration) Health {
 	if attr == "" {
 		attr = "sysfs"
 	}
-	h.fail(stuckCause(attr), "read of %s of card %s timed out after %s (stuck since %s): the card is not read again until that read returns",
+	h.Fail(stuckCause(attr), "read of %s of card %s timed out after %s (stuck since %s): the card is not read again until that read returns",
 		attr, addr, timeout, r.since.UTC().Format(time.RFC3339))
 	return h
 }

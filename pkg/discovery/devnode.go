@@ -17,11 +17,11 @@ func (w *walker) devNode(d sysDir) (DevNode, error) {
 	if err != nil {
 		return DevNode{}, err
 	}
-	major, minor, err := parseMajorMinor(mm)
+	major, minor, err := ParseMajorMinor(mm)
 	if err != nil {
 		return DevNode{}, fmt.Errorf("read %s/dev: %w", d.path, err)
 	}
-	if err := ownsNumber(w.root, d.path, major, minor); err != nil {
+	if err := OwnsNumber(w.root, d.path, major, minor); err != nil {
 		return DevNode{}, fmt.Errorf("%s/dev: %w", d.path, err)
 	}
 	return DevNode{
@@ -34,13 +34,13 @@ func (w *walker) devNode(d sysDir) (DevNode, error) {
 	}, nil
 }
 
-// ownsNumber checks that the character device number major:minor is the
+// OwnsNumber checks that the character device number major:minor is the
 // device whose sysfs directory is dir, as /sys/dev/char/<major:minor>, the
 // kernel's link from a number to its device, says: a dev attribute (or a
 // /dev node) naming another device's number, another card's FME or port,
 // must never make that device's node one a container gets.
-func ownsNumber(root, dir string, major, minor uint32) error {
-	owner, err := charDevOwner(root, major, minor)
+func OwnsNumber(root, dir string, major, minor uint32) error {
+	owner, err := CharDevOwner(root, major, minor)
 	if err != nil {
 		return err
 	}
@@ -50,9 +50,9 @@ func ownsNumber(root, dir string, major, minor uint32) error {
 	return nil
 }
 
-// charDevOwner returns the sysfs directory, below root, of the device
+// CharDevOwner returns the sysfs directory, below root, of the device
 // that has the character device number major:minor.
-func charDevOwner(root string, major, minor uint32) (string, error) {
+func CharDevOwner(root string, major, minor uint32) (string, error) {
 	link := filepath.Join(root, "sys/dev/char", fmt.Sprintf("%d:%d", major, minor))
 	target, err := readlinkAt(unix.AT_FDCWD, link)
 	if err != nil {
@@ -73,7 +73,8 @@ func readlinkAt(dirfd int, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-func parseMajorMinor(s string) (uint32, uint32, error) {
+// ParseMajorMinor parses a dev attribute ("241:0").
+func ParseMajorMinor(s string) (uint32, uint32, error) {
 	a, b, ok := strings.Cut(s, ":")
 	if !ok {
 		return 0, 0, fmt.Errorf("dev %q is not major:minor", s)
@@ -92,4 +93,18 @@ func parseMajorMinor(s string) (uint32, uint32, error) {
 func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()
+}
+
+// StatNode describes the character device at path (as a container sees
+// it, "/dev/xclmgmt3") below root.
+func StatNode(root, path string) (DevNode, error) {
+	host := filepath.Join(root, path)
+	var st unix.Stat_t
+	if err := unix.Stat(host, &st); err != nil {
+		return DevNode{}, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return DevNode{}, fmt.Errorf("%s is not a character device", path)
+	}
+	return DevNode{Name: filepath.Base(path), Path: path, HostPath: host, Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
 }

@@ -41,11 +41,12 @@ type Family interface {
 	ManagementName(path string) bool
 }
 
-// registry is the one list of card families, in detection order.
+// registry is the one list of card families, in detection order: the
+// Intel ones, then those registered (package family/xrt registers XRT).
 var registry = struct {
 	mu   sync.RWMutex
 	list []Family
-}{list: []Family{dflLayout, opaeLayout, xrtFamily{}}}
+}{list: []Family{dflLayout, opaeLayout}}
 
 // Register adds f to the families every Scanner, selection and
 // management-node check consults, after those already registered; a
@@ -116,11 +117,11 @@ func ParseKernelDriver(s string) (KernelDriver, error) {
 // knows, else "vendor:device" ("" when either ID is unknown).
 func ModelName(vendorID, deviceID string) string {
 	for _, f := range Families() {
-		if m := modelName(f.Models(), vendorID, deviceID); m != "" && m != strings.ToLower(vendorID+":"+deviceID) {
+		if m := LookupModel(f.Models(), vendorID, deviceID); m != "" && m != strings.ToLower(vendorID+":"+deviceID) {
 			return m
 		}
 	}
-	return modelName(nil, vendorID, deviceID)
+	return LookupModel(nil, vendorID, deviceID)
 }
 
 // familyNames lists the families' names.

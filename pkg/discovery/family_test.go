@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // scans read XRT cards
 )
 
 // absentFamily is a family whose driver is never loaded: registering it

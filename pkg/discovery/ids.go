@@ -8,6 +8,9 @@ import (
 // AllF is the ID a kernel reports for a region or function that is unusable.
 const AllF = "ffffffffffffffffffffffffffffffff"
 
+// AllZero is the ID of nothing: no function loaded, or no interface.
+const AllZero = "00000000000000000000000000000000"
+
 // CanonicalID turns an ID as the kernel, a bitstream or a user prints it
 // (32 hex digits, optionally dashed like a UUID, any case) into 32 lowercase
 // hex digits. It fails when the result is not 32 hex digits.

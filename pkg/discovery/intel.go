@@ -89,14 +89,14 @@ func (l layout) Present(root string) bool {
 // Scan implements Family: the walk (intel_walk.go).
 func (l layout) Scan(ctx context.Context, s *Scanner, res *Result) error {
 	w := walker{ctx: ctx, sc: s, root: s.Root, l: l, old: s.knownOf(l.driver_), next: &known{
-		links: map[dirKey]string{},
-		cards: map[dirKey]*cardStatic{},
-		ports: map[dirKey]*portStatic{},
+		links: map[DirKey]string{},
+		cards: map[DirKey]*cardStatic{},
+		ports: map[DirKey]*portStatic{},
 	}}
 	if err := w.walk(res); err != nil {
 		return err
 	}
-	s.setKnown(l.driver_, w.next)
+	s.Remember(l.driver_, w.next)
 	return nil
 }
 
@@ -134,9 +134,9 @@ var intelModels = map[string]string{
 	"0x1c2c:0x1001": "Silicom FPGA SmartNIC N5011",
 }
 
-// modelName returns a readable card name from a table, or "vendor:device"
+// LookupModel returns a readable card name from a family's table, or "vendor:device"
 // when the table does not know the card ("" when either is unknown).
-func modelName(table map[string]string, vendorID, deviceID string) string {
+func LookupModel(table map[string]string, vendorID, deviceID string) string {
 	if vendorID == "" || deviceID == "" {
 		return ""
 	}
@@ -151,7 +151,7 @@ func modelName(table map[string]string, vendorID, deviceID string) string {
 // its ports: the FME's socket and bitstream, each port's id and whether it
 // sits on a virtual function.
 func intelAttributes(c *Card) {
-	c.Model = modelName(intelModels, c.VendorID, c.DeviceID)
+	c.Model = LookupModel(intelModels, c.VendorID, c.DeviceID)
 	c.Attributes = nil
 	if c.SocketID >= 0 {
 		c.Attributes = append(c.Attributes, Attribute{Name: "socketID", Value: int64(c.SocketID)})

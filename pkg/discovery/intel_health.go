@@ -16,11 +16,11 @@ import (
 func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 	h := Health{Healthy: true}
 	if c.InterfaceID == AllF {
-		h.fail("interface-id-all-f", "interface ID of card %s is all-f: the PR region is unusable", c.PCIAddress)
+		h.Fail("interface-id-all-f", "interface ID of card %s is all-f: the PR region is unusable", c.PCIAddress)
 	}
 	for _, name := range l.fmeErrors {
 		if v := errorValue(fme, "errors/"+name); v != 0 {
-			h.fail(fmt.Sprintf("fme-%s-0x%x", name, v), "FME %s of card %s is 0x%x", name, c.PCIAddress, v)
+			h.Fail(fmt.Sprintf("fme-%s-0x%x", name, v), "FME %s of card %s is 0x%x", name, c.PCIAddress, v)
 		}
 	}
 	hwmonOK := true
@@ -34,7 +34,7 @@ func (l layout) cardHealth(c *Card, fme sysDir) (Health, bool) {
 			}
 		}
 		if ok && t >= c.tempCrit {
-			h.fail("overheat", "card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, c.tempCrit/1000)
+			h.Fail("overheat", "card %s is at %d°C, at or above its critical %d°C", c.PCIAddress, t/1000, c.tempCrit/1000)
 		}
 		hwmonOK = ok
 	}
@@ -61,7 +61,7 @@ func (l layout) check(c *Card, card Health, p *Port, prev string, tr *Tracker) {
 	if err != nil {
 		p.AFUID = ""
 		p.Health = Health{}
-		p.Health.fail("port-gone", "port %s is gone: %v", p.Node.Name, err)
+		p.Health.Fail("port-gone", "port %s is gone: %v", p.Node.Name, err)
 		return
 	}
 	defer d.close()
@@ -77,34 +77,34 @@ func (l layout) checkIn(d sysDir, c *Card, card Health, p *Port, prev string) {
 		p.AFUID = prev
 	case err != nil:
 		p.AFUID = ""
-		p.Health.fail("afu_id-unreadable", "afu_id unreadable: %v", err)
+		p.Health.Fail("afu_id-unreadable", "afu_id unreadable: %v", err)
 	default:
 		p.AFUID = afu
 		if afu == AllF {
-			p.Health.fail("afu_id-all-f", "afu_id is all-f: the accelerator function is unusable")
+			p.Health.Fail("afu_id-all-f", "afu_id is all-f: the accelerator function is unusable")
 		}
 	}
-	checkNode(&p.Health, p.Node)
+	CheckNode(&p.Health, p.Node)
 	if v := errorValue(d, "errors/errors"); v != 0 {
-		p.Health.fail(fmt.Sprintf("port-errors-0x%x", v), "port errors register is 0x%x", v)
+		p.Health.Fail(fmt.Sprintf("port-errors-0x%x", v), "port errors register is 0x%x", v)
 	}
 	p.Health.add(card)
 }
 
-// checkNode verifies a device node exists below the root as a character
+// CheckNode verifies a device node exists below the root as a character
 // device with the numbers sysfs reports.
-func checkNode(h *Health, n DevNode) {
+func CheckNode(h *Health, n DevNode) {
 	var st unix.Stat_t
 	if err := unix.Stat(n.HostPath, &st); err != nil {
-		h.fail("device-node-missing", "device node %s: %v", n.Path, err)
+		h.Fail("device-node-missing", "device node %s: %v", n.Path, err)
 		return
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		h.fail("device-node-not-char", "device node %s is not a character device", n.Path)
+		h.Fail("device-node-not-char", "device node %s is not a character device", n.Path)
 		return
 	}
 	if maj, min := unix.Major(st.Rdev), unix.Minor(st.Rdev); maj != n.Major || min != n.Minor {
-		h.fail("device-node-mismatch", "device node %s is %d:%d, sysfs says %d:%d", n.Path, maj, min, n.Major, n.Minor)
+		h.Fail("device-node-mismatch", "device node %s is %d:%d, sysfs says %d:%d", n.Path, maj, min, n.Major, n.Minor)
 	}
 }
 
@@ -115,17 +115,17 @@ func errorValue(d sysDir, name string) uint64 {
 	if err != nil {
 		return 0
 	}
-	v, err := registerValue(s)
+	v, err := RegisterValue(s)
 	if err != nil {
 		return 0
 	}
 	return v
 }
 
-// registerValue parses a register as drivers print it in sysfs:
+// RegisterValue parses a register as drivers print it in sysfs:
 // hexadecimal, with or without a "0x" prefix in either case ("0x4", "0X4",
 // "4"). A decimal flag ("0", "1") reads as the same value.
-func registerValue(s string) (uint64, error) {
+func RegisterValue(s string) (uint64, error) {
 	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
 		s = s[2:]
 	}
@@ -138,7 +138,7 @@ func (l layout) Refresh(oc *Card, tr *Tracker) (*Card, bool) {
 	c.Ports = make([]*Port, len(oc.Ports))
 	var card Health
 	if fme, err := openSysDir(c.FME.SysfsPath); err != nil {
-		card.fail("fme-gone", "FME of card %s is gone: %v", c.PCIAddress, err)
+		card.Fail("fme-gone", "FME of card %s is gone: %v", c.PCIAddress, err)
 	} else {
 		fme = fme.tracked(tr)
 		id, err := fme.readIDPath(c.interfaceIDFile)
@@ -150,7 +150,7 @@ func (l layout) Refresh(oc *Card, tr *Tracker) (*Card, bool) {
 		// the earlier ID stands; otherwise a card whose interface ID
 		// cannot be read has no usable region.
 		if err != nil && !errors.Is(err, syscall.EBUSY) {
-			card.fail("interface-id-unreadable", "interface ID of card %s unreadable: %v", c.PCIAddress, err)
+			card.Fail("interface-id-unreadable", "interface ID of card %s unreadable: %v", c.PCIAddress, err)
 		}
 		fme.close()
 	}

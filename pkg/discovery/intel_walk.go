@@ -18,16 +18,13 @@ import (
 // known is what a scan of one family learned that stays true while a
 // device exists.
 type known struct {
-	links map[dirKey]string      // class or driver directory entry -> link target
-	cards map[dirKey]*cardStatic // FME directory -> the card's fixed fields
-	ports map[dirKey]*portStatic // port directory -> the port's fixed fields
-	// alveo: xocl driver link of a user PF -> the Alveo card's fixed
-	// fields (XRT).
-	alveo map[dirKey]*xrtStatic
+	links map[DirKey]string      // class or driver directory entry -> link target
+	cards map[DirKey]*cardStatic // FME directory -> the card's fixed fields
+	ports map[DirKey]*portStatic // port directory -> the port's fixed fields
 }
 
-// dirKey identifies a directory entry across scans.
-type dirKey struct {
+// DirKey identifies a directory entry across scans.
+type DirKey struct {
 	path string
 	ino  uint64
 }
@@ -64,7 +61,7 @@ type cardPlan struct {
 	// fme views the FME directory through its card's open directory; its
 	// path is "" until found (findFME locates it for VF-only cards).
 	fme    sysDir
-	fmeKey dirKey
+	fmeKey DirKey
 	// interfaceIDFiles are the PR regions' compat_id files (DFL) found in
 	// the class directory.
 	interfaceIDFiles []string
@@ -86,7 +83,7 @@ type cardPlan struct {
 
 type portPlan struct {
 	dir     sysDir
-	key     dirKey
+	key     DirKey
 	pciPath string
 	vf      bool
 	static  *portStatic
@@ -94,7 +91,7 @@ type portPlan struct {
 
 // listing is what the listing pass learned about one class directory entry.
 type listing struct {
-	key    dirKey
+	key    DirKey
 	target string // the link target
 	err    error  // the entry is unusable; nothing else is set
 	// prCompatID is set for a DFL PR region (below its FME:
@@ -192,11 +189,11 @@ func (w *walker) plan(listed []listing, res *Result) []*cardPlan {
 		if l.fme != nil {
 			p := plan(l.pciPath)
 			p.fme = l.d.sub(l.fme.name)
-			p.fmeKey = dirKey{path: p.fme.path, ino: l.fme.ino}
+			p.fmeKey = DirKey{path: p.fme.path, ino: l.fme.ino}
 		}
 		for _, c := range l.ports {
 			pp := portPlan{dir: l.d.sub(c.name), pciPath: l.pciPath}
-			pp.key = dirKey{path: pp.dir.path, ino: c.ino}
+			pp.key = DirKey{path: pp.dir.path, ino: c.ino}
 			switch {
 			case l.fme != nil:
 				p := plan(l.pciPath)
@@ -315,7 +312,7 @@ func (w *walker) readBounded(order []*cardPlan, listed []listing, handedOver []b
 // list resolves one class directory entry and lists the card-level
 // directory it points to. It reads w.old only.
 func (w *walker) list(cd sysDir, classDir string, e dirEntry) listing {
-	l := listing{key: dirKey{path: classDir + "/" + e.name, ino: e.ino}, d: sysDir{fd: -1}}
+	l := listing{key: DirKey{path: classDir + "/" + e.name, ino: e.ino}, d: sysDir{fd: -1}}
 	target, ok := w.old.links[l.key]
 	if !ok {
 		var err error

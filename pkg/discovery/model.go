@@ -112,9 +112,13 @@ type Card struct {
 	// ("0000:81:00.0"): the Intel physical function, the Alveo user PF.
 	PCIAddress string
 	// PCIPath is the resolved sysfs directory of that function.
-	PCIPath  string
-	VendorID string // "0x8086"
-	DeviceID string // "0x09c4"
+	PCIPath string
+	// ManagementPath is the sysfs directory of the card's management
+	// function where a family's cards have one apart (an Alveo card's
+	// management PF), else "".
+	ManagementPath string
+	VendorID       string // "0x8086"
+	DeviceID       string // "0x09c4"
 	// Model is a readable card name where the family knows the card
 	// ("Intel PAC D5005", "AMD Alveo U250"), else "".
 	Model string
@@ -156,8 +160,6 @@ type Card struct {
 	// tempCrit is the hwmon critical temperature in millidegrees Celsius
 	// (0 until read): a threshold of the card's hardware, read once.
 	tempCrit int64
-	// mgmtPath is the management function's sysfs directory ("" without).
-	mgmtPath string
 	// readAt is when the pass that read what the card shows began: zero
 	// while the pass that reads it runs; a stalled copy keeps its own.
 	readAt time.Time
@@ -183,7 +185,7 @@ const MaxInterfaceIDs = 4
 func (c *Card) Interfaces() []string {
 	var out []string
 	for _, id := range append([]string{c.InterfaceID}, c.InterfaceIDs...) {
-		if id != "" && id != AllF && id != allZero && !slices.Contains(out, id) {
+		if id != "" && id != AllF && id != AllZero && !slices.Contains(out, id) {
 			out = append(out, id)
 		}
 	}
@@ -301,8 +303,8 @@ func (h Health) Cause() string {
 	return h.Causes[0]
 }
 
-// fail marks the device unhealthy for cause, described by format.
-func (h *Health) fail(cause, format string, args ...any) {
+// Fail marks the device unhealthy for cause, described by format.
+func (h *Health) Fail(cause, format string, args ...any) {
 	h.Healthy = false
 	h.Causes = append(h.Causes, cause)
 	h.Reasons = append(h.Reasons, fmt.Sprintf(format, args...))

@@ -40,7 +40,7 @@ type Scanner struct {
 
 	mu sync.Mutex
 	// known is what each family remembers between scans.
-	known map[KernelDriver]*known
+	known map[KernelDriver]any
 	// stuck holds the cards (by PCI directory) whose reads outlasted
 	// ReadTimeout and have not returned yet; last the latest card of each
 	// PCI directory a pass produced.
@@ -192,25 +192,31 @@ func (s *Scanner) ScanContext(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
-// knownOf returns what family d remembered from the last scan (empty the
-// first time).
+// knownOf returns what an Intel family remembered from the last scan
+// (empty the first time).
 func (s *Scanner) knownOf(d KernelDriver) *known {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if k := s.known[d]; k != nil {
+	if k, ok := s.Remembered(d).(*known); ok {
 		return k
 	}
 	return &known{}
 }
 
-// setKnown stores what family d learned in a scan.
-func (s *Scanner) setKnown(d KernelDriver, k *known) {
+// Remembered returns what family d stored with Remember in the last Scan
+// (nil the first time): what it need not read again while a device stays.
+func (s *Scanner) Remembered(d KernelDriver) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.known[d]
+}
+
+// Remember stores what family d learned in a Scan for the next one.
+func (s *Scanner) Remember(d KernelDriver, v any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.known == nil {
-		s.known = map[KernelDriver]*known{}
+		s.known = map[KernelDriver]any{}
 	}
-	s.known[d] = k
+	s.known[d] = v
 }
 
 // Refresh re-reads, for every card of an earlier result, only the

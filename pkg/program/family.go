@@ -97,30 +97,16 @@ func (f intelFamily) NewProgrammer(ProgrammerConfig) (Programmer, error) {
 	return f.newProgrammer(&processFMELocks), nil
 }
 
-// xrtFamily is the XRT family: Alveo cards loaded with an xclbin through
-// XRT's tool.
-type xrtFamily struct{ discovery.Family }
-
-func (xrtFamily) Formats() []Format { return []Format{FormatXclbin} }
-
-func (xrtFamily) NewProgrammer(cfg ProgrammerConfig) (Programmer, error) {
-	c, err := cfg.XRT.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	return &xrtProgrammer{cfg: c}, nil
+// MatchUevent implements discovery.UeventMatcher as the discovery family
+// does: wrapping it must not hide its hot-plug events.
+func (f intelFamily) MatchUevent(e discovery.Uevent) bool {
+	m, ok := f.Family.(discovery.UeventMatcher)
+	return ok && m.MatchUevent(e)
 }
-
-func (xrtFamily) ReadLoaded(port *discovery.Port, want string) (string, error) {
-	return readXclbinUUID(port, want)
-}
-
-func (xrtFamily) LoadedKind() string { return "xclbin" }
 
 // init registers the programming of the families discovery finds
-// itself (DFL, OPAE and XRT) in their place in the list.
+// itself (DFL and OPAE) in their place in the list.
 func init() {
 	Register(intelFamily{discovery.FamilyOf(discovery.DriverDFL), func(l *fmeLocks) Programmer { return &dflProgrammer{locks: l} }})
 	Register(intelFamily{discovery.FamilyOf(discovery.DriverOPAE), func(l *fmeLocks) Programmer { return &opaeProgrammer{locks: l} }})
-	Register(xrtFamily{discovery.FamilyOf(discovery.DriverXRT)})
 }

@@ -373,7 +373,7 @@ func TestReadXclbinUUID(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			writeFile(t, filepath.Dir(port.AFUIDPath()), "xclbinuuid", []byte(tc.content))
-			id, err := readXclbinUUID(port, testXclbin)
+			id, err := ReadXclbinUUID(port, testXclbin)
 			if tc.err != "" {
 				wantErr(t, err, port.AFUIDPath(), tc.err)
 				if errors.Is(err, ErrNotLoaded) != tc.notLoaded {

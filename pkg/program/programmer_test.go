@@ -78,3 +78,17 @@ func TestAutoProgrammerPicksByDriver(t *testing.T) {
 		t.Errorf("error %q does not match ErrProgramFailed", err)
 	}
 }
+
+// TestIntelFamiliesKeepTheirHotplugEvents: registering the Intel families'
+// programming keeps the hot-plug events their discovery matches, so a
+// daemon (which links this package) still rescans when a port comes.
+func TestIntelFamiliesKeepTheirHotplugEvents(t *testing.T) {
+	for _, e := range []discovery.Uevent{
+		{Action: "add", Subsystem: "dfl", DevPath: "/devices/pci0000:00/0000:00:01.0/0000:01:00.0/fpga_region/region0/dfl-port.0"},
+		{Action: "change", Subsystem: "intel-fpga-port", DevPath: "/devices/pci0000:5e/0000:5e:00.0/fpga/intel-fpga-dev.0/intel-fpga-port.0"},
+	} {
+		if !e.Relevant() {
+			t.Errorf("event %s %s of subsystem %s is not relevant, want relevant", e.Action, e.DevPath, e.Subsystem)
+		}
+	}
+}

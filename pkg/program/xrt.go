@@ -100,6 +100,16 @@ type xrtProgrammer struct {
 
 func (x *xrtProgrammer) Name() string { return string(discovery.DriverXRT) }
 
+// NewXRTProgrammer returns the programmer of the XRT family's cards,
+// configured by c (see XRTConfig).
+func NewXRTProgrammer(c XRTConfig) (Programmer, error) {
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &xrtProgrammer{cfg: c}, nil
+}
+
 // bdfPattern is an extended PCI address as discovery reports it.
 var bdfPattern = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
@@ -325,13 +335,13 @@ func (t *tailBuffer) lastLines() string {
 // xclbinuuid); see LoadedReader.
 var ErrNotLoaded = errors.New("empty: no xclbin loaded")
 
-// readXclbinUUID reads the xclbin UUID an XRT card's user function reports
+// ReadXclbinUUID reads the xclbin UUID an XRT card's user function reports
 // in xclbinuuid: one dashed UUID a line, one line per slot, nothing when no
 // xclbin is loaded (the error then matches ErrNotLoaded). It returns want
 // when any slot holds it, else the first slot's UUID. The read is not
 // bounded: it blocks as long as the kernel does, so callers bound it (see
 // verifyAFU, discovery.ReadBounded).
-func readXclbinUUID(port *discovery.Port, want string) (string, error) {
+func ReadXclbinUUID(port *discovery.Port, want string) (string, error) {
 	path := port.AFUIDPath()
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // scans read XRT cards
 )
 
 const otherInterfaceID = "0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-package discovery_test
+package xrt_test
 
 import (
 	"path/filepath"

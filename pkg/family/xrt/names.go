@@ -1,4 +1,4 @@
-package discovery
+package xrt
 
 import (
 	"bytes"
@@ -8,10 +8,10 @@ import (
 	"strings"
 )
 
-// ManagementName implements Family: a management function's
+// ManagementName implements discovery.Family: a management function's
 // /dev/xclmgmt<N>, or one of its /dev/xfpga nodes, which carry
 // ".m<instance>" where a user function's carry ".u<instance>".
-func (xrtFamily) ManagementName(path string) bool {
+func (Family) ManagementName(path string) bool {
 	base := filepath.Base(path)
 	switch {
 	case strings.HasPrefix(base, "xclmgmt"):
