@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -212,9 +212,9 @@ func (f *adminFlags) programOffline(ctx context.Context, name string, bs *progra
 	}
 	held, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lock, err := filelock.Acquire(held, path, func() { cancel(errors.New("the daemon holds it")) })
+	lock, err := flock.Acquire(held, path, func() { cancel(errors.New("the daemon holds it")) })
 	switch {
-	case errors.Is(err, filelock.ErrHeld):
+	case errors.Is(err, flock.ErrHeld):
 		return control.ProgramResponse{}, fmt.Errorf("the daemon runs on this node (%s: %w) but its control socket %s did not answer: ask it again, or stop it to program offline", path, err, f.controlSocket)
 	case err != nil:
 		return control.ProgramResponse{}, fmt.Errorf("the daemon's state lock: %w", err)

@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/control"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -142,7 +142,7 @@ func TestAdminProgramNewBuildNamesAWorkingFix(t *testing.T) {
 // socket, and nothing is programmed.
 func TestAdminProgramOfflineRefusedWhileTheDaemonRuns(t *testing.T) {
 	a := startAdminNode(t, false)
-	lock, err := filelock.Acquire(context.Background(), filepath.Join(a.plugin, stateLockFile), nil)
+	lock, err := flock.Acquire(context.Background(), filepath.Join(a.plugin, stateLockFile), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 )
 
 // serveMetrics serves /metrics (Prometheus) on addr until ctx ends.
@@ -55,7 +55,7 @@ func listen(ctx context.Context, addr, what string, serve func(net.Listener) err
 	go func() {
 		if err != nil {
 			logger.Info("Address in use, waiting for it (the previous instance of this driver during a rolling update?)", "server", what, "address", addr)
-			ticker := time.NewTicker(filelock.Retry)
+			ticker := time.NewTicker(flock.Retry)
 			defer ticker.Stop()
 			for err != nil {
 				select {

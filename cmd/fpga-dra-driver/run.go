@@ -22,9 +22,9 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
@@ -264,7 +264,7 @@ func run(ctx context.Context, f runFlags) error {
 			d.Stop()
 		}
 	}
-	lock, err := filelock.Acquire(ctx, filepath.Join(f.pluginDir, stateLockFile), func() {
+	lock, err := flock.Acquire(ctx, filepath.Join(f.pluginDir, stateLockFile), func() {
 		logger.Info("Waiting for the previous instance of the driver on this node to stop (rolling update)", "lock", filepath.Join(f.pluginDir, stateLockFile))
 	})
 	if err != nil {
