@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -42,8 +42,8 @@ func newDiscoverCommand() *cobra.Command {
 			if len(res.Ports()) == 0 {
 				return fmt.Errorf("the %s driver is loaded below %s but no usable FPGA port was found (%d errors above)", strings.Join(driverNames(res.Drivers), " and "), root, len(res.Errors))
 			}
-			devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Programmable: programmable, Root: root})
-			slices := draplugin.SliceObjects(driverName, nodeName, draplugin.Resources(nodeName, devices))
+			devices := deviceslice.Devices(res, deviceslice.Options{DriverName: driverName, Programmable: programmable, Root: root})
+			slices := deviceslice.SliceObjects(driverName, nodeName, deviceslice.Resources(nodeName, devices))
 			list := map[string]any{"apiVersion": "v1", "kind": "List", "items": slices}
 			var out []byte
 			switch strings.ToLower(output) {

@@ -23,6 +23,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -452,7 +453,7 @@ func activateDRA(f runFlags, client kubernetes.Interface, st *nodeState, d *drap
 	claims := &draplugin.Claims{
 		DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder, Metrics: st.metrics,
 		Client: client,
-		Slices: draplugin.SliceOptions{Programmable: f.programmable, Root: f.root},
+		Slices: deviceslice.Options{Programmable: f.programmable, Root: f.root},
 	}
 	var binder *draplugin.Binder
 	if f.bindingConditions && f.programmable {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -412,7 +412,11 @@ func (d *Driver) publish(ctx context.Context) {
 	d.slicesMu.Lock()
 	defer d.slicesMu.Unlock()
 	d.mu.Lock()
-	res, quarantined := d.devices, maps.Clone(d.quarantined)
+	res := d.devices
+	quarantined := make(map[string]string, len(d.quarantined))
+	for dev, q := range d.quarantined {
+		quarantined[dev] = q.reason
+	}
 	d.mu.Unlock()
 	if res == nil {
 		return // the first discovery pass publishes
@@ -422,11 +426,11 @@ func (d *Driver) publish(ctx context.Context) {
 		renumbered = d.claims.RenumberedDevices(res)
 	}
 	d.renumbered.Store(len(renumbered) > 0)
-	devices := Devices(res, SliceOptions{
+	devices := deviceslice.Devices(res, deviceslice.Options{
 		DriverName: d.cfg.DriverName, Programmable: d.cfg.Programmable, Root: d.cfg.Scanner.Root, UnhealthyEffect: d.cfg.UnhealthyEffect,
 		BindingConditions: d.binding.Load(), Quarantined: quarantined, Renumbered: renumbered,
 	})
-	resources := Resources(d.cfg.NodeName, devices)
+	resources := deviceslice.Resources(d.cfg.NodeName, devices)
 	if d.slices != nil {
 		d.slices.Update(&resources)
 		return

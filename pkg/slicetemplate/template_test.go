@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -47,7 +47,7 @@ func published(t *testing.T, root string, programmable bool) []resourceapi.Devic
 	if err != nil {
 		t.Fatal(err)
 	}
-	return draplugin.Devices(res, draplugin.SliceOptions{DriverName: DefaultDriverName, Programmable: programmable, Root: root})
+	return deviceslice.Devices(res, deviceslice.Options{DriverName: DefaultDriverName, Programmable: programmable, Root: root})
 }
 
 func TestForShapeEveryModel(t *testing.T) {
@@ -74,8 +74,8 @@ func TestForShapeEveryModel(t *testing.T) {
 					for _, d := range tmpl.Devices {
 						names.Insert(d.Name)
 						for name, want := range map[string]string{
-							draplugin.AttrModel: readable, draplugin.AttrVendorID: m.VendorID, draplugin.AttrDeviceID: m.DeviceID,
-							draplugin.AttrInterfaceID: simnode.DefaultInterfaceID, draplugin.AttrKernelDriver: string(kd),
+							deviceslice.AttrModel: readable, deviceslice.AttrVendorID: m.VendorID, deviceslice.AttrDeviceID: m.DeviceID,
+							deviceslice.AttrInterfaceID: simnode.DefaultInterfaceID, deviceslice.AttrKernelDriver: string(kd),
 						} {
 							if got := stringAttr(t, d, name); got != want {
 								t.Errorf("device %s: %s = %q, want %q", d.Name, name, got, want)
@@ -86,7 +86,7 @@ func TestForShapeEveryModel(t *testing.T) {
 						} else if a, _ := attr(d, "virtualFunction"); a.BoolValue == nil || *a.BoolValue != vf {
 							t.Errorf("device %s: virtualFunction = %v, want %v", d.Name, a.BoolValue, vf)
 						}
-						if a, _ := attr(d, draplugin.AttrProgrammable); a.BoolValue == nil || !*a.BoolValue {
+						if a, _ := attr(d, deviceslice.AttrProgrammable); a.BoolValue == nil || !*a.BoolValue {
 							t.Errorf("device %s: programmable = %v, want true (the daemon's default)", d.Name, a.BoolValue)
 						}
 						for _, name := range slices.Concat(runtimeOnly, notInModel) {
@@ -278,7 +278,7 @@ func TestKarpenterForm(t *testing.T) {
 		if d.Name != tmpl.Devices[i].Name {
 			t.Errorf("device %d is %s, want %s", i, d.Name, tmpl.Devices[i].Name)
 		}
-		if a := d.Attributes["fpga.example.com/"+draplugin.AttrInterfaceID]; a.StringValue == nil || *a.StringValue != simnode.DefaultInterfaceID {
+		if a := d.Attributes["fpga.example.com/"+deviceslice.AttrInterfaceID]; a.StringValue == nil || *a.StringValue != simnode.DefaultInterfaceID {
 			t.Errorf("device %s: interfaceID %v", d.Name, a.StringValue)
 		}
 	}
