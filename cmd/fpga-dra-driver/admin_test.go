@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
@@ -47,7 +47,7 @@ func startAdminNode(t *testing.T, daemon bool) *adminNode {
 		return a
 	}
 	a.socket = filepath.Join(a.plugin, "control.sock")
-	srv, err := control.Listen(ctx, a.socket, &control.Node{State: st, Devices: devices})
+	srv, err := adminapi.Listen(ctx, a.socket, &adminapi.Node{State: st, Devices: devices})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestAdminListAndProgram(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var list control.DeviceList
+			var list adminapi.DeviceList
 			if err := json.Unmarshal([]byte(out), &list); err != nil {
 				t.Fatalf("list -o json: %v\n%s", err, out)
 			}

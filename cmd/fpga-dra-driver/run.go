@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
@@ -311,10 +311,10 @@ func run(ctx context.Context, f runFlags) error {
 		}
 		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices, nil, f.selfPod())
 	}
-	if err := control.ReleaseAdminHolds(ctx, st.state); err != nil {
+	if err := adminapi.ReleaseAdminHolds(ctx, st.state); err != nil {
 		logger.Error(err, "Ports an interrupted admin programming held stay held")
 	}
-	ctl, err := control.Listen(ctx, f.controlSocket, &control.Node{
+	ctl, err := adminapi.Listen(ctx, f.controlSocket, &adminapi.Node{
 		State:      st.state,
 		Devices:    devices,
 		MayProgram: deviceplugin.IsRegionHolder,
