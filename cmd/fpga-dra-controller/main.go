@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 )
 
@@ -80,8 +81,8 @@ func newRootCommand() *cobra.Command {
 	host, _ := os.Hostname()
 	fs := cmd.Flags()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
-	fs.StringVar(&o.driverName, "driver-name", "fpga.dra.dev", "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks")
-	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", "fpga.dra.dev", "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none")
+	fs.StringVar(&o.driverName, "driver-name", v1alpha1.DriverName, "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks")
+	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", v1alpha1.DriverName, "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none")
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of the leader election Lease and the webhook certificate Secret (required)")
 	fs.StringVar(&o.identity, "identity", host, "leader election identity of this replica")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "API server queries per second")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
@@ -27,8 +28,8 @@ type adminFlags struct {
 
 func (f *adminFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name")
-	fs.StringVar(&f.pluginDir, "plugin-dir", "", "the daemon's plugin data directory; /var/lib/kubelet/plugins/<driver-name> when empty")
+	fs.StringVar(&f.driverName, "driver-name", v1alpha1.DriverName, "DRA driver name")
+	fs.StringVar(&f.pluginDir, "plugin-dir", "", "the daemon's plugin data directory; "+kubeletPluginsDir+"/<driver-name> when empty")
 	fs.StringVar(&f.controlSocket, "control-socket", "", "the daemon's control socket; <plugin-dir>/control.sock when empty")
 	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/, used when the daemon is not running")
 	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "card families to read when the daemon is not running: auto (every loaded one), a list (dfl,xrt), or auto with exclusions (auto,-xrt)")
@@ -44,7 +45,7 @@ func (f *adminFlags) register(cmd *cobra.Command) {
 
 func (f *adminFlags) complete() {
 	if f.pluginDir == "" {
-		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
+		f.pluginDir = defaultPluginDir(f.driverName)
 	}
 	if f.controlSocket == "" {
 		f.controlSocket = defaultControlSocket(f.pluginDir)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -65,7 +66,7 @@ func newDiscoverCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&root, "root", "/", "directory holding sys/ and dev/ (a simulated node's --dir)")
 	f.StringVar(&nodeName, "node-name", hostname(), "node name the slices are published for")
-	f.StringVar(&driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
+	f.StringVar(&driverName, "driver-name", v1alpha1.DriverName, "DRA driver name, also the attribute domain")
 	f.StringVarP(&output, "output", "o", "yaml", "output format: json or yaml")
 	f.StringVar(&kernelDriver, "kernel-driver", "auto", "card families to read: auto (every loaded one), a list (dfl,xrt), or auto with exclusions (auto,-xrt)")
 	f.BoolVar(&programmable, "programmable", true, "whether this node allows reprogramming")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -51,7 +52,7 @@ FPGA_REGION_<n> variables is left alone.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "control-socket", defaultControlSocket("/var/lib/kubelet/plugins/fpga.dra.dev"), "the daemon's control socket")
+	f.StringVar(&socket, "control-socket", defaultControlSocket(defaultPluginDir(v1alpha1.DriverName)), "the daemon's control socket")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for programming")
 	flagenv.Twins(f, map[string]string{
 		"control-socket": "CONTROL_SOCKET",

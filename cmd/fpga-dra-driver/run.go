@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
@@ -98,11 +99,11 @@ func newRunCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&f.nodeName, "node-name", "", "name of this node (required)")
-	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
+	fs.StringVar(&f.driverName, "driver-name", v1alpha1.DriverName, "DRA driver name, also the attribute domain")
 	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/; a simulated node's --dir")
 	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "card families to read: auto (every one whose kernel driver is loaded), none, a list (dfl,xrt) or auto with exclusions (auto,-xrt); families: dfl, opae, xrt")
 	fs.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory")
-	fs.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data directory (sockets, checkpoint); /var/lib/kubelet/plugins/<driver-name> when empty")
+	fs.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data directory (sockets, checkpoint); "+kubeletPluginsDir+"/<driver-name> when empty")
 	fs.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from")
 	fs.StringVar(&f.bitstreamDir, "bitstream-dir", program.DefaultRepositoryDir, "bitstream repository; claims name files only inside it")
 	fs.StringVar(&f.programmer, "programmer", program.KindAuto, programmerUsage)
@@ -199,7 +200,7 @@ func run(ctx context.Context, f runFlags) error {
 		return fmt.Errorf("--kernel-driver: %w", err)
 	}
 	if f.pluginDir == "" {
-		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
+		f.pluginDir = defaultPluginDir(f.driverName)
 	}
 	if f.controlSocket == "" {
 		f.controlSocket = defaultControlSocket(f.pluginDir)

@@ -21,13 +21,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
-
-// DefaultDriverName is the driver name (and attribute domain) the driver
-// publishes under unless its --driver-name says otherwise.
-const DefaultDriverName = "fpga.dra.dev"
 
 // DefaultNodeName names the node, and so the pool, of a template whose
 // Options name none.
@@ -50,7 +47,7 @@ var notInModel = []string{
 
 // Options name what a template is published as.
 type Options struct {
-	// DriverName is the daemon's --driver-name; DefaultDriverName when
+	// DriverName is the daemon's --driver-name; v1alpha1.DriverName when
 	// empty.
 	DriverName string
 	// NodeName names the template's node and pool; DefaultNodeName when
@@ -60,7 +57,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.DriverName == "" {
-		o.DriverName = DefaultDriverName
+		o.DriverName = v1alpha1.DriverName
 	}
 	if o.NodeName == "" {
 		o.NodeName = DefaultNodeName

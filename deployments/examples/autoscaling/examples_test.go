@@ -39,7 +39,7 @@ import (
 var update = flag.Bool("update", false, "rewrite fpga-node-template.yaml from the template package")
 
 const (
-	driverName   = slicetemplate.DefaultDriverName
+	driverName   = v1alpha1.DriverName
 	templateFile = "fpga-node-template.yaml"
 )
 

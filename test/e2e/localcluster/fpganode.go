@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
@@ -21,7 +22,7 @@ import (
 )
 
 // DriverName is the DRA driver name the FPGA node runs with.
-const DriverName = "fpga.dra.dev"
+const DriverName = v1alpha1.DriverName
 
 // SlowAFUID is an AFU whose sample bitstream the simulated programmer
 // takes SlowProgramming to load: longer than the kubelet gives a prepare
