@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"  // client-go and leader election metrics
@@ -35,7 +33,7 @@ func run(ctx context.Context, o options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	cfg, err := restConfig(o)
+	cfg, err := o.kube.Config("fpga-dra-controller")
 	if err != nil {
 		return err
 	}
@@ -202,20 +200,4 @@ func keepSelfSigned(ctx context.Context, kube kubernetes.Interface, o options, s
 		}
 	}, certRound, 0.1, false)
 	return nil
-}
-
-func restConfig(o options) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
-	}
-	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	cfg.UserAgent = "fpga-dra-controller"
-	return cfg, nil
 }

@@ -14,8 +14,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
@@ -24,6 +22,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/internal/kubeclient"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
@@ -32,7 +31,8 @@ import (
 )
 
 type runFlags struct {
-	kubeconfig, nodeName, driverName string
+	kube                             kubeclient.Flags
+	nodeName, driverName             string
 	root, kernelDriver               string
 	registrarDir, pluginDir          string
 	cdiDir, bitstreamDir, bootIDFile string
@@ -46,8 +46,6 @@ type runFlags struct {
 	prepareWait                  time.Duration
 	refreshInterval, readTimeout time.Duration
 	programmable                 bool
-	kubeAPIQPS                   float32
-	kubeAPIBurst                 int
 	// Mode selection and the legacy device-plugin endpoint.
 	mode, devicePluginMode           string
 	devicePluginsDir, resourceDomain string
@@ -97,7 +95,7 @@ func newRunCommand() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
+	f.kube.AddFlags(fs, 50, 100)
 	fs.StringVar(&f.nodeName, "node-name", "", "name of this node (required)")
 	fs.StringVar(&f.driverName, "driver-name", v1alpha1.DriverName, "DRA driver name, also the attribute domain")
 	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/; a simulated node's --dir")
@@ -118,8 +116,6 @@ func newRunCommand() *cobra.Command {
 	fs.DurationVar(&f.refreshInterval, "refresh-interval", 30*time.Second, "how often IDs, error registers and device nodes are re-read")
 	fs.DurationVar(&f.readTimeout, "sysfs-read-timeout", discovery.DefaultReadTimeout, "how long the sysfs reads of one card may take in one pass; a card whose read hangs longer is reported unhealthy and not read again until that read returns")
 	fs.BoolVar(&f.programmable, "programmable", true, "allow partial reconfiguration on this node")
-	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second; the helper reads every claim it prepares")
-	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
 	fs.StringVar(&f.mode, "mode", modeAuto, "API to serve: auto (DRA when the API server serves resource.k8s.io, else device-plugin), dra or device-plugin")
 	fs.StringVar(&f.devicePluginMode, "device-plugin-mode", string(deviceplugin.ModeAF), "device-plugin resources: af (one per loaded function, a device per port) or region (one per interface ID, a device per card, programmed for the container); the node annotation fpga.dra.dev/device-plugin-mode (or fpga.intel.com/device-plugin-mode) overrides it")
 	fs.StringVar(&f.devicePluginsDir, "device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (kubelet.sock)")
@@ -205,7 +201,7 @@ func run(ctx context.Context, f runFlags) error {
 	if f.controlSocket == "" {
 		f.controlSocket = defaultControlSocket(f.pluginDir)
 	}
-	client, err := kubeClient(f.kubeconfig, f.kubeAPIQPS, f.kubeAPIBurst)
+	client, err := f.kube.Clientset("fpga-dra-driver")
 	if err != nil {
 		return err
 	}
@@ -465,22 +461,6 @@ func activateDRA(f runFlags, client kubernetes.Interface, st *nodeState, d *drap
 	}
 	st.driver.Store(d)
 	d.Activate(claims, binder)
-}
-
-func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
-	}
-	cfg.QPS, cfg.Burst = qps, burst
-	cfg.UserAgent = "fpga-dra-driver"
-	return kubernetes.NewForConfig(cfg)
 }
 
 // selfPod is this daemon's pod as "namespace/name", or "" when either is
