@@ -7,17 +7,17 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/kubeclient"
+	"github.com/fpga-dra/fpga-dra-driver/internal/logging"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 )
 
 func main() {
@@ -64,14 +64,19 @@ const (
 
 func newRootCommand() *cobra.Command {
 	var o options
+	logs := logging.New()
 	cmd := &cobra.Command{
 		Use:           "fpga-dra-controller",
 		Short:         "DeviceClasses for AcceleratorFunctions and FpgaRegions, and the admission webhook of the FPGA DRA driver",
+		Version:       version.String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := flagenv.Apply(cmd.Flags()); err != nil {
+				return err
+			}
+			if err := logs.Apply(); err != nil {
 				return err
 			}
 			return run(cmd.Context(), o)
@@ -115,8 +120,6 @@ func newRootCommand() *cobra.Command {
 		"webhook-service-name":     "WEBHOOK_SERVICE_NAME",
 		"webhook-configuration":    "WEBHOOK_CONFIGURATION",
 	})
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	logs.AddFlags(fs)
 	return cmd
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 	"github.com/fpga-dra/fpga-dra-driver/internal/webhook"
 )
 
@@ -30,6 +31,7 @@ func run(ctx context.Context, o options) error {
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 	logger := klog.FromContext(ctx)
+	logger.Info("Starting fpga-dra-controller", "version", version.Version(), "commit", version.GitCommit())
 	if err := o.validate(); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 )
 
 func main() {
@@ -24,6 +25,7 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fpga-dra-driver",
 		Short:         "Kubernetes DRA driver for FPGAs (node daemon and tools)",
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Without a subcommand the daemon runs.

@@ -23,6 +23,8 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/kubeclient"
+	"github.com/fpga-dra/fpga-dra-driver/internal/logging"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
@@ -73,11 +75,15 @@ const programmerUsage = "programming backend: auto (each card's family's: dfl, o
 
 func newRunCommand() *cobra.Command {
 	var f runFlags
+	logs := logging.New()
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node daemon (the default)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logs.Apply(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
@@ -181,13 +187,13 @@ func newRunCommand() *cobra.Command {
 	})
 	f.oci.AddFlags(fs)
 	flagenv.Twins(fs, oci.EnvTwins)
-	klogFlags := goflagSet()
-	fs.AddGoFlagSet(klogFlags)
+	logs.AddFlags(fs)
 	return cmd
 }
 
 func run(ctx context.Context, f runFlags) error {
 	logger := klog.FromContext(ctx)
+	logger.Info("Starting fpga-dra-driver", "version", version.Version(), "commit", version.GitCommit())
 	if f.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required: the node this daemon runs on")
 	}
