@@ -5,7 +5,8 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench cluster-binaries registry e2e-autoscale autoscaler-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench cluster-binaries registry e2e-autoscale autoscaler-binaries clean \
+	crds manifests verify-deployments static-binaries images image
 
 all: build
 
@@ -23,9 +24,10 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
-# staticcheck (pinned, built into bin/tools on first use).
+# golangci-lint with .golangci.yml (govet, staticcheck, errcheck,
+# ineffassign, misspell, unused; pinned, built into bin/tools on first use).
 lint:
-	hack/staticcheck.sh $(PKGS)
+	hack/golangci-lint.sh run $(PKGS)
 
 codegen:
 	hack/update-codegen.sh
