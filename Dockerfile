@@ -15,12 +15,16 @@ COPY internal/ internal/
 COPY pkg/ pkg/
 ARG TARGETOS=linux
 ARG TARGETARCH
+# --version of both binaries.
+ARG VERSION=devel
+ARG GIT_COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/fpga-dra-driver ./cmd/fpga-dra-controller
+    go build -trimpath -ldflags="-s -w -X github.com/fpga-dra/fpga-dra-driver/internal/version.version=${VERSION} -X github.com/fpga-dra/fpga-dra-driver/internal/version.gitCommit=${GIT_COMMIT}" \
+      -o /out/ ./cmd/fpga-dra-driver ./cmd/fpga-dra-controller
 
 FROM scratch
-ARG VERSION=dev
+ARG VERSION=devel
 LABEL org.opencontainers.image.source="https://github.com/fpga-dra/fpga-dra-driver" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.description="Kubernetes DRA driver for FPGAs"

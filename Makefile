@@ -5,12 +5,13 @@ GO        ?= go
 BIN       := bin
 PKGS      := ./...
 
-.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench bench-e2e cluster-binaries registry e2e-autoscale autoscaler-binaries clean
+.PHONY: all build test vet lint fmt-check codegen verify-codegen unit bench fuzz demo demo-down e2e e2e-bench bench-e2e cluster-binaries registry e2e-autoscale autoscaler-binaries clean \
+	crds manifests verify-deployments static-binaries images image
 
 all: build
 
 build:
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # The whole test suite: formatting, vet, generated code, unit and
 # integration tests with the race detector (fuzz seed corpora included).
@@ -23,9 +24,10 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
-# staticcheck (pinned, built into bin/tools on first use).
+# golangci-lint with .golangci.yml (govet, staticcheck, errcheck,
+# ineffassign, misspell, unused; pinned, built into bin/tools on first use).
 lint:
-	hack/staticcheck.sh $(PKGS)
+	hack/golangci-lint.sh run $(PKGS)
 
 codegen:
 	hack/update-codegen.sh
@@ -146,6 +148,9 @@ CHART      := deployments/helm/fpga-dra-driver
 IMAGE_REPO ?= ghcr.io/fpga-dra/fpga-dra-driver
 VERSION    ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' $(CHART)/Chart.yaml)
 IMAGE_TAG  ?= $(VERSION)
+# --version of both binaries: the chart's appVersion and the commit.
+GIT_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_LDFLAGS = -X github.com/fpga-dra/fpga-dra-driver/internal/version.version=$(VERSION) -X github.com/fpga-dra/fpga-dra-driver/internal/version.gitCommit=$(GIT_COMMIT)
 ARCH       ?= $(shell $(GO) env GOARCH)
 IMAGES_DIR := _output/images
 STATIC_DIR := $(IMAGES_DIR)/bin/linux-$(ARCH)
@@ -174,7 +179,7 @@ MAKE_START := $(shell date +%s)
 # Static Linux binaries of both commands, for the images.
 static-binaries:
 	@$(STEP) "building fpga-dra-driver and fpga-dra-controller, static for linux/$(ARCH) (minutes on a cold build cache)" \
-		env CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w" -o $(STATIC_DIR)/ ./cmd/fpga-dra-driver ./cmd/fpga-dra-controller
+		env CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(STATIC_DIR)/ ./cmd/fpga-dra-driver ./cmd/fpga-dra-controller
 
 # The image without a container engine: an OCI image layout archive of the
 # static binaries on an empty base, the same image the Dockerfile builds.
@@ -190,4 +195,4 @@ images: static-binaries
 
 # The image with a container engine (multi-stage Dockerfile).
 image:
-	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE_REPO):$(IMAGE_TAG) .
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) --build-arg GIT_COMMIT=$(GIT_COMMIT) -t $(IMAGE_REPO):$(IMAGE_TAG) .

@@ -6,8 +6,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of every type in this package.
-const GroupName = "fpga.dra.dev"
+// DriverName is the DRA driver name the binaries use unless their
+// --driver-name says otherwise: the driver of the published devices and
+// the domain of their attributes, the CDI vendor and the default domain
+// of the device-plugin resource names.
+const DriverName = "fpga.dra.dev"
+
+// GroupName is the API group of every type in this package: the driver's
+// name.
+const GroupName = DriverName
 
 // SchemeGroupVersion is the group and version of every type in this package.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
-	"k8s.io/klog/v2"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/metricsserver"
 )
 
 // probes are the checks behind /healthz and /readyz.
@@ -22,26 +20,10 @@ type probes struct {
 // a leader, its lease is renewed) and /readyz (the webhook has a serving
 // certificate) on listener until ctx is done.
 func serveHTTP(ctx context.Context, listener net.Listener, p *probes) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", legacyregistry.Handler())
-	mux.HandleFunc("/healthz", check(p.live))
-	mux.HandleFunc("/readyz", check(p.ready))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(listener) }()
-	klog.FromContext(ctx).Info("Serving metrics and probes", "address", listener.Addr().String())
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve metrics and probes: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve metrics and probes: %w", err)
-	}
-	return nil
+	return metricsserver.Serve(ctx, listener, legacyregistry.DefaultGatherer, map[string]http.Handler{
+		"/healthz": check(p.live),
+		"/readyz":  check(p.ready),
+	})
 }
 
 // check answers 200 "ok" when probe passes, else 503 with the reason.

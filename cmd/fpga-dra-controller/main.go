@@ -7,15 +7,17 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/internal/kubeclient"
+	"github.com/fpga-dra/fpga-dra-driver/internal/logging"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 )
 
 func main() {
@@ -27,12 +29,10 @@ func main() {
 
 // options are the controller's flags.
 type options struct {
-	kubeconfig   string
-	driverName   string
-	namespace    string
-	identity     string
-	kubeAPIQPS   float32
-	kubeAPIBurst int
+	kube       kubeclient.Flags
+	driverName string
+	namespace  string
+	identity   string
 
 	workers      int
 	resyncPeriod time.Duration
@@ -64,9 +64,11 @@ const (
 
 func newRootCommand() *cobra.Command {
 	var o options
+	logs := logging.New()
 	cmd := &cobra.Command{
 		Use:           "fpga-dra-controller",
 		Short:         "DeviceClasses for AcceleratorFunctions and FpgaRegions, and the admission webhook of the FPGA DRA driver",
+		Version:       version.String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -74,18 +76,19 @@ func newRootCommand() *cobra.Command {
 			if err := flagenv.Apply(cmd.Flags()); err != nil {
 				return err
 			}
+			if err := logs.Apply(); err != nil {
+				return err
+			}
 			return run(cmd.Context(), o)
 		},
 	}
 	host, _ := os.Hostname()
 	fs := cmd.Flags()
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
-	fs.StringVar(&o.driverName, "driver-name", "fpga.dra.dev", "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks")
-	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", "fpga.dra.dev", "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none")
+	o.kube.AddFlags(fs, 20, 40)
+	fs.StringVar(&o.driverName, "driver-name", v1alpha1.DriverName, "DRA driver name: the driver of the devices DeviceClasses select and of the opaque configs the webhook checks")
+	fs.StringVar(&o.extendedResourceDomain, "extended-resource-domain", v1alpha1.DriverName, "domain of the extended resource name each AcceleratorFunction's class serves (the device-plugin endpoint's names, e.g. fpga.intel.com for pod specs written for the Intel FPGA device plugin); empty: none")
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of the leader election Lease and the webhook certificate Secret (required)")
 	fs.StringVar(&o.identity, "identity", host, "leader election identity of this replica")
-	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "API server queries per second")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 40, "API server burst")
 	fs.IntVar(&o.workers, "workers", 2, "objects reconciled in parallel")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "how often every object is reconciled again without a change (0: never)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "reconcile only while holding the leader election Lease (required with more than one replica)")
@@ -117,8 +120,6 @@ func newRootCommand() *cobra.Command {
 		"webhook-service-name":     "WEBHOOK_SERVICE_NAME",
 		"webhook-configuration":    "WEBHOOK_CONFIGURATION",
 	})
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	logs.AddFlags(fs)
 	return cmd
 }

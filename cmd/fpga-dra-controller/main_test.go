@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -71,5 +73,17 @@ func TestFlagsHaveEnvironmentTwins(t *testing.T) {
 		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
 			t.Errorf("--%s = %q, want %q from the environment", flag, got, want)
 		}
+	}
+}
+
+// TestVersion: --version prints the version and the commit, and runs
+// nothing else.
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"--version"})
+	cmd.SetOut(&out)
+	if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), version.Version()) || !strings.Contains(out.String(), "commit "+version.GitCommit()) {
+		t.Errorf("--version: %v\n%s\nwant the version %s and commit %s", err, out.String(), version.Version(), version.GitCommit())
 	}
 }

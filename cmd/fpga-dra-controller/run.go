@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"  // client-go and leader election metrics
@@ -24,18 +22,23 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 	"github.com/fpga-dra/fpga-dra-driver/internal/webhook"
 )
 
+// run is the controller: the metrics and probe server and the admission
+// webhook on every replica, the DeviceClass reconciler and the claim
+// router on the leader, until ctx ends or one of them fails.
 func run(ctx context.Context, o options) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 	logger := klog.FromContext(ctx)
+	logger.Info("Starting fpga-dra-controller", "version", version.Version(), "commit", version.GitCommit())
 	if err := o.validate(); err != nil {
 		return err
 	}
-	cfg, err := restConfig(o)
+	cfg, err := o.kube.Config("fpga-dra-controller")
 	if err != nil {
 		return err
 	}
@@ -54,14 +57,65 @@ func run(ctx context.Context, o options) error {
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var wg sync.WaitGroup
-	// fail stops everything with the first error.
-	fail := func(err error) {
-		if err != nil {
-			cancel(err)
-		}
+	t := &tasks{cancel: cancel}
+	healthz := leaderelection.NewLeaderHealthzAdaptor(o.healthSlack)
+	if err := startServers(ctx, t, o, kube, healthz, webhookMetrics); err != nil {
+		t.stop()
+		return err
+	}
+	reconcile, err := newReconcile(ctx, t, o, kube, dyn, controllerMetrics)
+	if err != nil {
+		t.stop()
+		return err
+	}
+	if o.leaderElect {
+		t.run(func() error {
+			return controller.RunLeaderElected(ctx, controller.LeaderElection{
+				Client: kube, Namespace: o.namespace, Name: o.leaseName, Identity: o.identity,
+				LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
+				Healthz: healthz,
+			}, reconcile)
+		})
+	} else {
+		t.wg.Go(func() { reconcile(ctx) })
 	}
 
+	<-ctx.Done()
+	t.wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+// tasks are the goroutines of the controller; the first that fails stops
+// them all.
+type tasks struct {
+	wg     sync.WaitGroup
+	cancel context.CancelCauseFunc
+}
+
+// fail stops every task with err, when there is one.
+func (t *tasks) fail(err error) {
+	if err != nil {
+		t.cancel(err)
+	}
+}
+
+// run runs f as a task.
+func (t *tasks) run(f func() error) { t.wg.Go(func() { t.fail(f()) }) }
+
+// stop stops every task and waits for them.
+func (t *tasks) stop() {
+	t.cancel(nil)
+	t.wg.Wait()
+}
+
+// startServers starts the metrics and probe server (/healthz: healthz,
+// the leader's lease; /readyz: the webhook's certificate) and, with
+// --webhook, the admission webhook with its certificates.
+func startServers(ctx context.Context, t *tasks, o options, kube kubernetes.Interface, healthz *leaderelection.HealthzAdaptor, metrics *webhook.Metrics) error {
 	var certs webhook.CertificateSource
 	static := &webhook.StaticCertificate{}
 	if o.webhook {
@@ -72,7 +126,6 @@ func run(ctx context.Context, o options) error {
 			certs = static
 		}
 	}
-	healthz := leaderelection.NewLeaderHealthzAdaptor(o.healthSlack)
 	probes := &probes{
 		live: func() error { return healthz.Check(nil) },
 		ready: func() error {
@@ -87,66 +140,46 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--http-address: %w", err)
 	}
-	wg.Go(func() { fail(serveHTTP(ctx, httpListener, probes)) })
-
-	if o.webhook {
-		listener, err := net.Listen("tcp", o.webhookAddress)
-		if err != nil {
-			cancel(nil)
-			wg.Wait()
-			return fmt.Errorf("--webhook-address: %w", err)
-		}
-		if o.tlsMode == tlsSelfSigned {
-			wg.Go(func() { fail(keepSelfSigned(ctx, kube, o, static)) })
-		}
-		handler := webhook.NewHandler(o.driverName, webhookMetrics)
-		wg.Go(func() { fail(webhook.Serve(ctx, listener, handler, certs)) })
+	t.run(func() error { return serveHTTP(ctx, httpListener, probes) })
+	if !o.webhook {
+		return nil
 	}
+	listener, err := net.Listen("tcp", o.webhookAddress)
+	if err != nil {
+		return fmt.Errorf("--webhook-address: %w", err)
+	}
+	if o.tlsMode == tlsSelfSigned {
+		t.run(func() error { return keepSelfSigned(ctx, kube, o, static) })
+	}
+	handler := webhook.NewHandler(o.driverName, metrics)
+	t.run(func() error { return webhook.Serve(ctx, listener, handler, certs) })
+	return nil
+}
 
+// newReconcile returns what the leader runs: the DeviceClass reconciler
+// and the claim router, each with --workers, until ctx ends.
+func newReconcile(ctx context.Context, t *tasks, o options, kube kubernetes.Interface, dyn dynamic.Interface, metrics *controller.Metrics) (func(context.Context), error) {
 	c, err := controller.New(ctx, controller.Config{
 		DriverName:             o.driverName,
 		ExtendedResourceDomain: o.extendedResourceDomain,
 		KubeClient:             kube,
 		DynamicClient:          dyn,
 		ResyncPeriod:           o.resyncPeriod,
-		Metrics:                controllerMetrics,
+		Metrics:                metrics,
 	})
 	if err != nil {
-		cancel(nil)
-		wg.Wait()
-		return err
+		return nil, err
 	}
 	router, err := controller.NewClaimRouter(o.driverName, kube)
 	if err != nil {
-		cancel(nil)
-		wg.Wait()
-		return err
+		return nil, err
 	}
-	reconcile := func(ctx context.Context) {
+	return func(ctx context.Context) {
 		var leaderWG sync.WaitGroup
-		leaderWG.Go(func() { fail(router.Run(ctx, o.workers)) })
-		fail(c.Run(ctx, o.workers))
+		leaderWG.Go(func() { t.fail(router.Run(ctx, o.workers)) })
+		t.fail(c.Run(ctx, o.workers))
 		leaderWG.Wait()
-	}
-	if o.leaderElect {
-		wg.Go(func() {
-			fail(controller.RunLeaderElected(ctx, controller.LeaderElection{
-				Client: kube, Namespace: o.namespace, Name: o.leaseName, Identity: o.identity,
-				LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
-				Healthz: healthz,
-			}, reconcile))
-		})
-	} else {
-		wg.Go(func() { reconcile(ctx) })
-	}
-
-	<-ctx.Done()
-	wg.Wait()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	logger.Info("Stopped")
-	return nil
+	}, nil
 }
 
 // validate checks flag combinations.
@@ -202,20 +235,4 @@ func keepSelfSigned(ctx context.Context, kube kubernetes.Interface, o options, s
 		}
 	}, certRound, 0.1, false)
 	return nil
-}
-
-func restConfig(o options) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
-	}
-	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	cfg.UserAgent = "fpga-dra-controller"
-	return cfg, nil
 }

@@ -11,12 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -28,8 +29,8 @@ type adminFlags struct {
 
 func (f *adminFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name")
-	fs.StringVar(&f.pluginDir, "plugin-dir", "", "the daemon's plugin data directory; /var/lib/kubelet/plugins/<driver-name> when empty")
+	fs.StringVar(&f.driverName, "driver-name", v1alpha1.DriverName, "DRA driver name")
+	fs.StringVar(&f.pluginDir, "plugin-dir", "", "the daemon's plugin data directory; "+kubeletPluginsDir+"/<driver-name> when empty")
 	fs.StringVar(&f.controlSocket, "control-socket", "", "the daemon's control socket; <plugin-dir>/control.sock when empty")
 	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/, used when the daemon is not running")
 	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "card families to read when the daemon is not running: auto (every loaded one), a list (dfl,xrt), or auto with exclusions (auto,-xrt)")
@@ -45,7 +46,7 @@ func (f *adminFlags) register(cmd *cobra.Command) {
 
 func (f *adminFlags) complete() {
 	if f.pluginDir == "" {
-		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
+		f.pluginDir = defaultPluginDir(f.driverName)
 	}
 	if f.controlSocket == "" {
 		f.controlSocket = defaultControlSocket(f.pluginDir)
@@ -54,13 +55,13 @@ func (f *adminFlags) complete() {
 
 // daemon returns a client when the daemon answers on its control socket,
 // nil when nothing listens there.
-func (f *adminFlags) daemon() *control.Client {
+func (f *adminFlags) daemon() *adminapi.Client {
 	conn, err := net.DialTimeout("unix", f.controlSocket, 2*time.Second)
 	if err != nil {
 		return nil
 	}
 	conn.Close()
-	return control.NewClient(f.controlSocket)
+	return adminapi.NewClient(f.controlSocket)
 }
 
 // offline reads the node as the daemon would: discovery below --root and
@@ -102,7 +103,7 @@ func newListCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.complete()
-			var list control.DeviceList
+			var list adminapi.DeviceList
 			if c := f.daemon(); c != nil {
 				var err error
 				if list, err = c.List(cmd.Context()); err != nil {
@@ -130,10 +131,10 @@ func newListCommand() *cobra.Command {
 	return cmd
 }
 
-func offlineList(res *discovery.Result, holders map[string]*state.ClaimRecord) control.DeviceList {
-	return control.DeviceList{Devices: control.Devices(res, func(device string) *control.Holder {
+func offlineList(res *discovery.Result, holders map[string]*state.ClaimRecord) adminapi.DeviceList {
+	return adminapi.DeviceList{Devices: adminapi.Devices(res, func(device string) *adminapi.Holder {
 		if rec := holders[device]; rec != nil {
-			return &control.Holder{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
+			return &adminapi.Holder{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
 		}
 		return nil
 	})}
@@ -170,9 +171,9 @@ func newProgramCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			var resp control.ProgramResponse
+			var resp adminapi.ProgramResponse
 			if c := f.daemon(); c != nil {
-				resp, err = c.Program(ctx, control.ProgramRequest{Device: port, InterfaceID: bs.InterfaceID, AFUID: bs.AFUID, Admin: true})
+				resp, err = c.Program(ctx, adminapi.ProgramRequest{Device: port, InterfaceID: bs.InterfaceID, AFUID: bs.AFUID, Admin: true})
 			} else {
 				resp, err = f.programOffline(ctx, port, bs, kind)
 			}
@@ -204,26 +205,26 @@ func newProgramCommand() *cobra.Command {
 // checkpoint says is held. It holds the daemon's state lock meanwhile: a
 // daemon that runs (its control socket did not answer this process) holds
 // it, and the programming is refused; one that starts meanwhile waits.
-func (f *adminFlags) programOffline(ctx context.Context, name string, bs *program.Bitstream, kind string) (control.ProgramResponse, error) {
+func (f *adminFlags) programOffline(ctx context.Context, name string, bs *program.Bitstream, kind string) (adminapi.ProgramResponse, error) {
 	path := filepath.Join(f.pluginDir, stateLockFile)
 	// Where no daemon ever ran, the lock is taken where one would: a
 	// daemon that starts meanwhile waits for it.
 	if err := os.MkdirAll(f.pluginDir, 0o750); err != nil {
-		return control.ProgramResponse{}, fmt.Errorf("--plugin-dir: %w", err)
+		return adminapi.ProgramResponse{}, fmt.Errorf("--plugin-dir: %w", err)
 	}
 	held, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lock, err := filelock.Acquire(held, path, func() { cancel(errors.New("the daemon holds it")) })
+	lock, err := flock.Acquire(held, path, func() { cancel(errors.New("the daemon holds it")) })
 	switch {
-	case errors.Is(err, filelock.ErrHeld):
-		return control.ProgramResponse{}, fmt.Errorf("the daemon runs on this node (%s: %w) but its control socket %s did not answer: ask it again, or stop it to program offline", path, err, f.controlSocket)
+	case errors.Is(err, flock.ErrHeld):
+		return adminapi.ProgramResponse{}, fmt.Errorf("the daemon runs on this node (%s: %w) but its control socket %s did not answer: ask it again, or stop it to program offline", path, err, f.controlSocket)
 	case err != nil:
-		return control.ProgramResponse{}, fmt.Errorf("the daemon's state lock: %w", err)
+		return adminapi.ProgramResponse{}, fmt.Errorf("the daemon's state lock: %w", err)
 	}
 	defer lock.Close()
 	res, holders, err := f.offline()
 	if err != nil {
-		return control.ProgramResponse{}, err
+		return adminapi.ProgramResponse{}, err
 	}
 	for _, c := range res.Cards {
 		for _, p := range c.Ports {
@@ -231,18 +232,18 @@ func (f *adminFlags) programOffline(ctx context.Context, name string, bs *progra
 				continue
 			}
 			if rec := holders[p.DeviceName()]; rec != nil {
-				return control.ProgramResponse{}, fmt.Errorf("port %s is held by %s/%s (%s): an administrator may program only a free port", p.Node.Path, rec.Namespace, rec.Name, rec.UID)
+				return adminapi.ProgramResponse{}, fmt.Errorf("port %s is held by %s/%s (%s): an administrator may program only a free port", p.Node.Path, rec.Namespace, rec.Name, rec.UID)
 			}
 			prog, err := program.NewProgrammer(kind)
 			if err != nil {
-				return control.ProgramResponse{}, fmt.Errorf("--programmer: %w", err)
+				return adminapi.ProgramResponse{}, fmt.Errorf("--programmer: %w", err)
 			}
 			r, err := program.Load(ctx, prog, c, p, bs, program.LoadOptions{})
 			if err != nil {
-				return control.ProgramResponse{}, err
+				return adminapi.ProgramResponse{}, err
 			}
-			return control.ProgramResponse{Device: p.DeviceName(), Node: p.Node.Path, AFUID: r.AFUID, Programmed: true, Bitstream: r.Path, DurationSeconds: r.TotalDuration.Seconds()}, nil
+			return adminapi.ProgramResponse{Device: p.DeviceName(), Node: p.Node.Path, AFUID: r.AFUID, Programmed: true, Bitstream: r.Path, DurationSeconds: r.TotalDuration.Seconds()}, nil
 		}
 	}
-	return control.ProgramResponse{}, fmt.Errorf("no FPGA port %q below %s: `fpga-dra-driver list` shows the ports", name, f.root)
+	return adminapi.ProgramResponse{}, fmt.Errorf("no FPGA port %q below %s: `fpga-dra-driver list` shows the ports", name, f.root)
 }

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -47,7 +47,7 @@ func startAdminNode(t *testing.T, daemon bool) *adminNode {
 		return a
 	}
 	a.socket = filepath.Join(a.plugin, "control.sock")
-	srv, err := control.Listen(ctx, a.socket, &control.Node{State: st, Devices: devices})
+	srv, err := adminapi.Listen(ctx, a.socket, &adminapi.Node{State: st, Devices: devices})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestAdminListAndProgram(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var list control.DeviceList
+			var list adminapi.DeviceList
 			if err := json.Unmarshal([]byte(out), &list); err != nil {
 				t.Fatalf("list -o json: %v\n%s", err, out)
 			}
@@ -142,7 +142,7 @@ func TestAdminProgramNewBuildNamesAWorkingFix(t *testing.T) {
 // socket, and nothing is programmed.
 func TestAdminProgramOfflineRefusedWhileTheDaemonRuns(t *testing.T) {
 	a := startAdminNode(t, false)
-	lock, err := filelock.Acquire(context.Background(), filepath.Join(a.plugin, stateLockFile), nil)
+	lock, err := flock.Acquire(context.Background(), filepath.Join(a.plugin, stateLockFile), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

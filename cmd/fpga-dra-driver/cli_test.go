@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -142,4 +143,13 @@ func rebuiltGBS(t *testing.T, size int) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestVersion: --version prints the version and the commit, and runs
+// nothing else.
+func TestVersion(t *testing.T) {
+	out, err := execute(t, newRootCommand(), "--version")
+	if err != nil || !strings.Contains(out, version.Version()) || !strings.Contains(out, "commit "+version.GitCommit()) {
+		t.Errorf("--version: %v\n%s\nwant the version %s and commit %s", err, out, version.Version(), version.GitCommit())
+	}
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -42,8 +43,8 @@ func newDiscoverCommand() *cobra.Command {
 			if len(res.Ports()) == 0 {
 				return fmt.Errorf("the %s driver is loaded below %s but no usable FPGA port was found (%d errors above)", strings.Join(driverNames(res.Drivers), " and "), root, len(res.Errors))
 			}
-			devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Programmable: programmable, Root: root})
-			slices := draplugin.SliceObjects(driverName, nodeName, draplugin.Resources(nodeName, devices))
+			devices := deviceslice.Devices(res, deviceslice.Options{DriverName: driverName, Programmable: programmable, Root: root})
+			slices := deviceslice.SliceObjects(driverName, nodeName, deviceslice.Resources(nodeName, devices))
 			list := map[string]any{"apiVersion": "v1", "kind": "List", "items": slices}
 			var out []byte
 			switch strings.ToLower(output) {
@@ -65,7 +66,7 @@ func newDiscoverCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&root, "root", "/", "directory holding sys/ and dev/ (a simulated node's --dir)")
 	f.StringVar(&nodeName, "node-name", hostname(), "node name the slices are published for")
-	f.StringVar(&driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
+	f.StringVar(&driverName, "driver-name", v1alpha1.DriverName, "DRA driver name, also the attribute domain")
 	f.StringVarP(&output, "output", "o", "yaml", "output format: json or yaml")
 	f.StringVar(&kernelDriver, "kernel-driver", "auto", "card families to read: auto (every loaded one), a list (dfl,xrt), or auto with exclusions (auto,-xrt)")
 	f.BoolVar(&programmable, "programmable", true, "whether this node allows reprogramming")

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fpga-dra/fpga-dra-driver/internal/logging"
 )
 
 // discoverSlices runs the discover command through the root command (so
@@ -110,14 +111,14 @@ func TestDiscoverUnusableTree(t *testing.T) {
 	}
 }
 
-// TestDaemonFlagsHaveEnvironmentTwins: every flag of the daemon (klog's
+// TestDaemonFlagsHaveEnvironmentTwins: every flag of the daemon (logging's
 // aside) can be set from the environment, for DaemonSet manifests; a twin
 // the flag cannot parse stops the command before it does anything.
 func TestDaemonFlagsHaveEnvironmentTwins(t *testing.T) {
-	klog := map[string]bool{}
-	goflagSet().VisitAll(func(f *flag.Flag) { klog[f.Name] = true })
+	logs := pflag.NewFlagSet("logging", pflag.ContinueOnError)
+	logging.New().AddFlags(logs)
 	newRunCommand().Flags().VisitAll(func(f *pflag.Flag) {
-		if !klog[f.Name] && len(f.Annotations["flagenv.twin"]) != 1 {
+		if logs.Lookup(f.Name) == nil && len(f.Annotations["flagenv.twin"]) != 1 {
 			t.Errorf("--%s has no environment twin", f.Name)
 		}
 	})

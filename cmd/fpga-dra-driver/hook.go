@@ -14,7 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -47,11 +48,11 @@ FPGA_REGION_<n> variables is left alone.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			return runHook(ctx, cmd.InOrStdin(), control.NewClient(socket))
+			return runHook(ctx, cmd.InOrStdin(), adminapi.NewClient(socket))
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "control-socket", defaultControlSocket("/var/lib/kubelet/plugins/fpga.dra.dev"), "the daemon's control socket")
+	f.StringVar(&socket, "control-socket", defaultControlSocket(defaultPluginDir(v1alpha1.DriverName)), "the daemon's control socket")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for programming")
 	flagenv.Twins(f, map[string]string{
 		"control-socket": "CONTROL_SOCKET",
@@ -93,7 +94,7 @@ type regionRequest struct {
 }
 
 // runHook programs the regions a container asks for. See newHookCommand.
-func runHook(ctx context.Context, stdin io.Reader, client *control.Client) error {
+func runHook(ctx context.Context, stdin io.Reader, client *adminapi.Client) error {
 	var st ociState
 	if err := json.NewDecoder(io.LimitReader(stdin, 1<<20)).Decode(&st); err != nil {
 		return fmt.Errorf("fpga-dra-driver hook: read the OCI state from stdin: %w (run this as an OCI createRuntime hook)", err)
@@ -141,7 +142,7 @@ func runHook(ctx context.Context, stdin io.Reader, client *control.Client) error
 			return fail("%s%d=%s: %s", envRegionPrefix, r.n, r.interfaceID, noPortFor(r, ports, used))
 		}
 		used[i] = true
-		_, err := client.Program(ctx, control.ProgramRequest{Device: ports[i].Node, InterfaceID: r.interfaceID, AFUID: r.afuID})
+		_, err := client.Program(ctx, adminapi.ProgramRequest{Device: ports[i].Node, InterfaceID: r.interfaceID, AFUID: r.afuID})
 		if err != nil {
 			return fail("load %s%d=%s into %s (%s%d=%s): %v", envAFUPrefix, r.n, r.afuID, ports[i].Node, envRegionPrefix, r.n, r.interfaceID, err)
 		}
@@ -215,19 +216,19 @@ func regionRequests(env []string) ([]regionRequest, error) {
 // the order of its device list: a character device matches a port by
 // major:minor when it has them, else by path. Device numbers are per type:
 // a block device (a raw-block volume) with a port's numbers is not it.
-func containerPorts(devices []ociDevice, node []control.Device) []control.Device {
-	var out []control.Device
+func containerPorts(devices []ociDevice, node []adminapi.Device) []adminapi.Device {
+	var out []adminapi.Device
 	for _, d := range devices {
 		if d.Type != "c" && d.Type != "u" {
 			continue
 		}
-		i := slices.IndexFunc(node, func(p control.Device) bool {
+		i := slices.IndexFunc(node, func(p adminapi.Device) bool {
 			if d.Major != 0 || d.Minor != 0 {
 				return int64(p.Major) == d.Major && int64(p.Minor) == d.Minor
 			}
 			return p.Node == d.Path
 		})
-		if i >= 0 && !slices.ContainsFunc(out, func(p control.Device) bool { return p.Name == node[i].Name }) {
+		if i >= 0 && !slices.ContainsFunc(out, func(p adminapi.Device) bool { return p.Name == node[i].Name }) {
 			out = append(out, node[i])
 		}
 	}
@@ -235,7 +236,7 @@ func containerPorts(devices []ociDevice, node []control.Device) []control.Device
 }
 
 // noPortFor explains why no port of the container can take region r.
-func noPortFor(r regionRequest, ports []control.Device, used []bool) string {
+func noPortFor(r regionRequest, ports []adminapi.Device, used []bool) string {
 	if len(ports) == 0 {
 		return fmt.Sprintf("the container has no FPGA port: request the resource region-%s for it", r.interfaceID)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
@@ -52,7 +52,7 @@ func startHookNode(t *testing.T) *hookNode {
 		t.Fatal(err)
 	}
 	n.socket = filepath.Join(dir, "control.sock")
-	srv, err := control.Listen(ctx, n.socket, &control.Node{State: st, Devices: devices, MayProgram: deviceplugin.IsRegionHolder})
+	srv, err := adminapi.Listen(ctx, n.socket, &adminapi.Node{State: st, Devices: devices, MayProgram: deviceplugin.IsRegionHolder})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
 	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // the card families: Intel's are built in
 )
 
@@ -25,6 +26,7 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fpga-dra-driver",
 		Short:         "Kubernetes DRA driver for FPGAs (node daemon and tools)",
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Without a subcommand the daemon runs.

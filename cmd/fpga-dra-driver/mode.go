@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -33,7 +34,7 @@ const resourceGroup = "resource.k8s.io"
 // driver's, then the Intel FPGA device plugin's, so nodes annotated for
 // that plugin keep their mode.
 var devicePluginModeAnnotations = []string{
-	"fpga.dra.dev/device-plugin-mode",
+	v1alpha1.DriverName + "/device-plugin-mode",
 	"fpga.intel.com/device-plugin-mode",
 }
 
@@ -150,6 +151,15 @@ func startDevicePlugin(ctx context.Context, f runFlags, client kubernetes.Interf
 		CDI:             f.cdi,
 		HookDevice:      hook,
 	})
+}
+
+// kubeletPluginsDir holds the data directory of each kubelet plugin,
+// named after its driver.
+const kubeletPluginsDir = "/var/lib/kubelet/plugins"
+
+// defaultPluginDir is the plugin data directory of the driver driverName.
+func defaultPluginDir(driverName string) string {
+	return filepath.Join(kubeletPluginsDir, driverName)
 }
 
 // defaultControlSocket is the control socket in the plugin directory.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"syscall"
 	"time"
 
@@ -13,25 +12,14 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
+	"github.com/fpga-dra/fpga-dra-driver/internal/metricsserver"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 )
 
 // serveMetrics serves /metrics (Prometheus) on addr until ctx ends.
 func serveMetrics(ctx context.Context, addr string, m *drivermetrics.Metrics) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
 	return listen(ctx, addr, "metrics", func(lis net.Listener) error {
-		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
+		return metricsserver.Serve(ctx, lis, m.Registry(), nil)
 	})
 }
 
@@ -55,7 +43,7 @@ func listen(ctx context.Context, addr, what string, serve func(net.Listener) err
 	go func() {
 		if err != nil {
 			logger.Info("Address in use, waiting for it (the previous instance of this driver during a rolling update?)", "server", what, "address", addr)
-			ticker := time.NewTicker(filelock.Retry)
+			ticker := time.NewTicker(flock.Retry)
 			defer ticker.Stop()
 			for err != nil {
 				select {

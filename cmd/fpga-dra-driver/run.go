@@ -2,82 +2,43 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/flagenv"
+	"github.com/fpga-dra/fpga-dra-driver/internal/logging"
+	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/internal/version"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
-type runFlags struct {
-	kubeconfig, nodeName, driverName string
-	root, kernelDriver               string
-	registrarDir, pluginDir          string
-	cdiDir, bitstreamDir, bootIDFile string
-	programmer                       string
-	simProgramDelay                  time.Duration
-	simProgramDelays                 string
-	simProgramFail                   []string
-	// The XRT programmer (Alveo cards).
-	xrtToolDir, xrtHostRoot      string
-	xrtTimeout                   time.Duration
-	prepareWait                  time.Duration
-	refreshInterval, readTimeout time.Duration
-	programmable                 bool
-	kubeAPIQPS                   float32
-	kubeAPIBurst                 int
-	// Mode selection and the legacy device-plugin endpoint.
-	mode, devicePluginMode           string
-	devicePluginsDir, resourceDomain string
-	controlSocket, hookPath          string
-	podResourcesSocket               string
-	cdi                              bool
-	// Operations.
-	ueventSource, metricsAddress, livenessAddress, unhealthyEffect string
-	// Bitstreams from OCI registries.
-	oci oci.PullerOptions
-	// Newer DRA features: programming before binding, rolling updates,
-	// device metadata.
-	bindingConditions bool
-	quarantine        time.Duration
-	podUID            string
-	podName           string
-	podNamespace      string
-	deviceMetadata    bool
-	shutdownWait      time.Duration
-}
-
-// programmerUsage describes the programmer kinds (program.ProgrammerKinds)
-// for the --programmer flags.
-const programmerUsage = "programming backend: auto (each card's family's: dfl, opae or xrt), dfl, opae, xrt (xclbins on Alveo cards, through the host's XRT tool) or sim (a simulated node)"
-
 func newRunCommand() *cobra.Command {
 	var f runFlags
+	logs := logging.New()
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node daemon (the default)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logs.Apply(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			ctx = klog.NewContext(ctx, klog.Background())
@@ -95,142 +56,33 @@ func newRunCommand() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
-	fs.StringVar(&f.nodeName, "node-name", "", "name of this node (required)")
-	fs.StringVar(&f.driverName, "driver-name", "fpga.dra.dev", "DRA driver name, also the attribute domain")
-	fs.StringVar(&f.root, "root", "/", "directory holding sys/ and dev/; a simulated node's --dir")
-	fs.StringVar(&f.kernelDriver, "kernel-driver", "auto", "card families to read: auto (every one whose kernel driver is loaded), none, a list (dfl,xrt) or auto with exclusions (auto,-xrt); families: dfl, opae, xrt")
-	fs.StringVar(&f.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet plugin registration directory")
-	fs.StringVar(&f.pluginDir, "plugin-dir", "", "plugin data directory (sockets, checkpoint); /var/lib/kubelet/plugins/<driver-name> when empty")
-	fs.StringVar(&f.cdiDir, "cdi-dir", "/var/run/cdi", "directory the container runtime reads CDI specs from")
-	fs.StringVar(&f.bitstreamDir, "bitstream-dir", program.DefaultRepositoryDir, "bitstream repository; claims name files only inside it")
-	fs.StringVar(&f.programmer, "programmer", program.KindAuto, programmerUsage)
-	fs.DurationVar(&f.simProgramDelay, "sim-program-delay", 2*time.Second, "how long the sim programmer takes per region")
-	fs.StringVar(&f.simProgramDelays, "sim-program-delays", "", "the sim programmer's delay per AFU ID, overriding --sim-program-delay: AFUID=DURATION,...")
-	fs.StringSliceVar(&f.simProgramFail, "sim-program-fail", nil, "devices (DRA device names) on which the sim programmer's every programming fails")
-	fs.StringVar(&f.xrtToolDir, "xrt-tool-dir", program.DefaultXRTToolDir, "the host's XRT bin directory, holding xrt-smi (or, before XRT 2.17, xbutil), which loads xclbins on Alveo cards; a path on the host, below --xrt-host-root when that is set")
-	fs.StringVar(&f.xrtHostRoot, "xrt-host-root", "", "where the host's / is mounted when the daemon runs in a container (e.g. /host; its proc must be the host's /proc): the XRT tool then runs chrooted there; empty runs it directly")
-	fs.DurationVar(&f.xrtTimeout, "xrt-timeout", program.DefaultXRTTimeout, "how long one xclbin load through the XRT tool may take before the tool and every process it started are killed")
-	fs.DurationVar(&f.prepareWait, "prepare-wait", 20*time.Second, "how long one prepare call waits for programming before it reports \"in progress\" (the kubelet gives a call 45s)")
-	fs.StringVar(&f.bootIDFile, "boot-id-file", "", "boot ID file; <root>/proc/sys/kernel/random/boot_id when it exists, else /proc/sys/kernel/random/boot_id")
-	fs.DurationVar(&f.refreshInterval, "refresh-interval", 30*time.Second, "how often IDs, error registers and device nodes are re-read")
-	fs.DurationVar(&f.readTimeout, "sysfs-read-timeout", discovery.DefaultReadTimeout, "how long the sysfs reads of one card may take in one pass; a card whose read hangs longer is reported unhealthy and not read again until that read returns")
-	fs.BoolVar(&f.programmable, "programmable", true, "allow partial reconfiguration on this node")
-	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second; the helper reads every claim it prepares")
-	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
-	fs.StringVar(&f.mode, "mode", modeAuto, "API to serve: auto (DRA when the API server serves resource.k8s.io, else device-plugin), dra or device-plugin")
-	fs.StringVar(&f.devicePluginMode, "device-plugin-mode", string(deviceplugin.ModeAF), "device-plugin resources: af (one per loaded function, a device per port) or region (one per interface ID, a device per card, programmed for the container); the node annotation fpga.dra.dev/device-plugin-mode (or fpga.intel.com/device-plugin-mode) overrides it")
-	fs.StringVar(&f.devicePluginsDir, "device-plugins-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory (kubelet.sock)")
-	fs.StringVar(&f.resourceDomain, "resource-domain", deviceplugin.DefaultDomain, "domain of the device-plugin resource names; fpga.intel.com keeps the Intel FPGA device plugin's names")
-	fs.BoolVar(&f.cdi, "cdi", true, "device-plugin mode: also hand out CDI devices (and, in region mode, the programming hook) in Allocate")
-	fs.StringVar(&f.controlSocket, "control-socket", "", "local control socket (programming hook, admin); <plugin-dir>/control.sock when empty")
-	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", deviceplugin.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: in DRA mode, device-plugin holds left from an earlier mode are released once it lists no container with their ports")
-	fs.StringVar(&f.hookPath, "hook-path", "", "this program's path on the host, run by the container runtime as the region programming hook; this process's executable when empty")
-	fs.StringVar(&f.ueventSource, "uevent-source", "netlink", "where hot-plug uevents come from: netlink (the kernel), unix:PATH (a datagram socket a simulated node sends to) or none (full rescans every refresh interval)")
-	fs.StringVar(&f.metricsAddress, "metrics-address", "", "serve Prometheus /metrics on this address (e.g. :9400); off when empty")
-	fs.StringVar(&f.livenessAddress, "liveness-address", "", "serve the gRPC liveness probe (grpc.health.v1) on this address (e.g. :51515); off when empty")
-	fs.StringVar(&f.unhealthyEffect, "unhealthy-taint-effect", string(resourceapi.DeviceTaintEffectNoSchedule), "effect of the taint on an unhealthy device: NoSchedule, or NoExecute to also evict its pods")
-	fs.BoolVar(&f.bindingConditions, "binding-conditions", true, "program claims before their pods are bound (KEP-5007 binding conditions; needs the ResourceClaim router of fpga-dra-controller): a pod is bound only once its regions carry their functions, programming is not limited by the kubelet's 45s, and a failed programming sends the claim to another device; off, or when the API server drops binding conditions, claims are programmed at prepare")
-	fs.DurationVar(&f.quarantine, "programming-failure-quarantine", draplugin.DefaultQuarantineTime, "how long a device whose programming failed before binding through a fault of the device (not of the claim's bitstream) is kept out of new allocations (a NoSchedule taint)")
-	fs.StringVar(&f.podName, "pod-name", "", "this pod's name (downward API metadata.name): a pod-resources list of the kubelet without this pod has not been synced and releases no device-plugin hold")
-	fs.StringVar(&f.podNamespace, "pod-namespace", "", "this pod's namespace (downward API metadata.namespace), with --pod-name")
-	fs.StringVar(&f.podUID, "pod-uid", "", "this pod's UID (downward API metadata.uid): the next version's pod then serves the kubelet beside this one during a rolling update, taking over the node's state when this one stops")
-	fs.BoolVar(&f.deviceMetadata, "device-metadata", true, "give each container a file with its devices' attributes (KEP-5304) under /var/run/kubernetes.io/dra-device-attributes")
-	fs.DurationVar(&f.shutdownWait, "shutdown-wait", 5*time.Minute, "how long stopping waits for programming in flight (it cannot be stopped part way); then programming is cancelled and waited for 5 s more, and the process exits at the latest 10 s after this wait: keep the pod's terminationGracePeriodSeconds above this wait plus 10 s")
-	flagenv.Twins(fs, map[string]string{
-		"shutdown-wait":                  "SHUTDOWN_WAIT",
-		"binding-conditions":             "BINDING_CONDITIONS",
-		"programming-failure-quarantine": "PROGRAMMING_FAILURE_QUARANTINE",
-		"pod-uid":                        "POD_UID",
-		"pod-name":                       "POD_NAME",
-		"pod-namespace":                  "POD_NAMESPACE",
-		"device-metadata":                "DEVICE_METADATA",
-		"kubeconfig":                     "KUBECONFIG",
-		"node-name":                      "NODE_NAME",
-		"driver-name":                    "DRIVER_NAME",
-		"root":                           "FPGA_ROOT",
-		"kernel-driver":                  "KERNEL_DRIVER",
-		"registrar-dir":                  "REGISTRAR_DIR",
-		"plugin-dir":                     "PLUGIN_DIR",
-		"cdi-dir":                        "CDI_DIR",
-		"bitstream-dir":                  "BITSTREAM_DIR",
-		"programmer":                     "PROGRAMMER",
-		"boot-id-file":                   "BOOT_ID_FILE",
-		"programmable":                   "PROGRAMMABLE",
-		"mode":                           "MODE",
-		"device-plugin-mode":             "DEVICE_PLUGIN_MODE",
-		"device-plugins-dir":             "DEVICE_PLUGINS_DIR",
-		"resource-domain":                "RESOURCE_DOMAIN",
-		"cdi":                            "CDI",
-		"control-socket":                 "CONTROL_SOCKET",
-		"pod-resources-socket":           "POD_RESOURCES_SOCKET",
-		"hook-path":                      "HOOK_PATH",
-		"uevent-source":                  "UEVENT_SOURCE",
-		"metrics-address":                "METRICS_ADDRESS",
-		"liveness-address":               "LIVENESS_ADDRESS",
-		"unhealthy-taint-effect":         "UNHEALTHY_TAINT_EFFECT",
-		"sim-program-delay":              "SIM_PROGRAM_DELAY",
-		"sim-program-delays":             "SIM_PROGRAM_DELAYS",
-		"sim-program-fail":               "SIM_PROGRAM_FAIL",
-		"xrt-tool-dir":                   "XRT_TOOL_DIR",
-		"xrt-host-root":                  "XRT_HOST_ROOT",
-		"xrt-timeout":                    "XRT_TIMEOUT",
-		"prepare-wait":                   "PREPARE_WAIT",
-		"refresh-interval":               "REFRESH_INTERVAL",
-		"sysfs-read-timeout":             "SYSFS_READ_TIMEOUT",
-		"kube-api-qps":                   "KUBE_API_QPS",
-		"kube-api-burst":                 "KUBE_API_BURST",
-	})
+	f.addFlags(fs)
+	flagenv.Twins(fs, runFlagTwins)
 	f.oci.AddFlags(fs)
 	flagenv.Twins(fs, oci.EnvTwins)
-	klogFlags := goflagSet()
-	fs.AddGoFlagSet(klogFlags)
+	logs.AddFlags(fs)
 	return cmd
 }
 
+// run is the node daemon: it selects the mode, owns the node's state,
+// serves the kubelet and the control socket until ctx ends, then stops
+// (shutdown).
 func run(ctx context.Context, f runFlags) error {
 	logger := klog.FromContext(ctx)
-	if f.nodeName == "" {
-		return errors.New("--node-name (or $NODE_NAME) is required: the node this daemon runs on")
-	}
-	sel, err := discovery.ParseSelection(f.kernelDriver)
-	if err != nil {
-		return fmt.Errorf("--kernel-driver: %w", err)
-	}
-	if f.pluginDir == "" {
-		f.pluginDir = filepath.Join("/var/lib/kubelet/plugins", f.driverName)
-	}
-	if f.controlSocket == "" {
-		f.controlSocket = defaultControlSocket(f.pluginDir)
-	}
-	client, err := kubeClient(f.kubeconfig, f.kubeAPIQPS, f.kubeAPIBurst)
+	logger.Info("Starting fpga-dra-driver", "version", version.Version(), "commit", version.GitCommit())
+	sel, err := f.complete()
 	if err != nil {
 		return err
 	}
-	// An API server that accepts the connection and never answers must not
-	// hold the daemon forever: it fails and the kubelet restarts it.
-	checkCtx, cancelCheck := context.WithTimeoutCause(ctx, modeCheckTimeout, fmt.Errorf("the API server did not answer within %s", modeCheckTimeout))
-	mode, why, err := resolveMode(checkCtx, f.mode, client.Discovery())
-	cancelCheck()
+	client, err := f.kube.Clientset("fpga-dra-driver")
 	if err != nil {
 		return err
 	}
-	logger.Info("Mode selected", "mode", mode, "reason", why)
-	dirs := []string{f.pluginDir, f.registrarDir}
-	if mode == modeDevicePlugin {
-		dirs = []string{f.pluginDir, f.devicePluginsDir}
-	}
-	for _, dir := range dirs {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
+	mode, err := selectMode(ctx, f, client)
+	if err != nil {
+		return err
 	}
 	scanner := &discovery.Scanner{Root: f.root, Select: sel, ReadTimeout: f.readTimeout}
-	switch resourceapi.DeviceTaintEffect(f.unhealthyEffect) {
-	case resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
-	default:
-		return fmt.Errorf("--unhealthy-taint-effect %q: use NoSchedule or NoExecute", f.unhealthyEffect)
-	}
 	events, err := discovery.OpenUeventSource(f.ueventSource)
 	if err != nil {
 		logger.Error(err, "Uevents unavailable; hot-plug is seen through full rescans every refresh interval", "source", f.ueventSource)
@@ -252,77 +104,143 @@ func run(ctx context.Context, f runFlags) error {
 		if d, err = startDRA(ctx, f, client, metrics, scanner, events); err != nil {
 			return err
 		}
-		if f.livenessAddress != "" {
-			if err := serveLiveness(ctx, f.livenessAddress, d); err != nil {
-				d.Stop()
-				return fmt.Errorf("--liveness-address: %w", err)
-			}
-		}
 	}
 	stopDRA := func() {
 		if d != nil {
 			d.Stop()
 		}
 	}
-	lock, err := filelock.Acquire(ctx, filepath.Join(f.pluginDir, stateLockFile), func() {
-		logger.Info("Waiting for the previous instance of the driver on this node to stop (rolling update)", "lock", filepath.Join(f.pluginDir, stateLockFile))
-	})
-	if err != nil {
-		stopDRA()
-		return fmt.Errorf("the node's driver state: %w", err)
-	}
-	// Released once everything below stopped and no programming runs.
-	defer lock.Close()
-	st, err := newState(ctx, f, client, metrics)
+	lock, err := lockState(ctx, f)
 	if err != nil {
 		stopDRA()
 		return err
 	}
-	// Restore CDI specs and holds before the kubelet's calls are served.
-	initial, err := scanner.ScanContext(ctx)
+	// Released once everything below stopped and no programming runs.
+	defer lock.Close()
+	st, err := restoreState(ctx, f, client, metrics, scanner)
 	if err != nil {
 		stopDRA()
-		return fmt.Errorf("discover devices: %w", err)
+		return err
+	}
+	srv, err := startServing(ctx, f, mode, client, st, scanner, events, d)
+	if err != nil {
+		return err
+	}
+	return serveControl(ctx, f, mode, st.state, srv)
+}
+
+// selectMode resolves --mode (asking the API server with --mode=auto) and
+// creates the directories the mode serves in.
+func selectMode(ctx context.Context, f runFlags, client kubernetes.Interface) (string, error) {
+	// An API server that accepts the connection and never answers must not
+	// hold the daemon forever: it fails and the kubelet restarts it.
+	checkCtx, cancelCheck := context.WithTimeoutCause(ctx, modeCheckTimeout, fmt.Errorf("the API server did not answer within %s", modeCheckTimeout))
+	mode, why, err := resolveMode(checkCtx, f.mode, client.Discovery())
+	cancelCheck()
+	if err != nil {
+		return "", err
+	}
+	klog.FromContext(ctx).Info("Mode selected", "mode", mode, "reason", why)
+	dirs := []string{f.pluginDir, f.registrarDir}
+	if mode == modeDevicePlugin {
+		dirs = []string{f.pluginDir, f.devicePluginsDir}
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return "", fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	return mode, nil
+}
+
+// stateLockFile, in the plugin directory, is held by the one process that
+// owns the node's state (checkpoint, CDI specs, programming, slices).
+const stateLockFile = "state.lock"
+
+// lockState takes the node's state lock, waiting while the previous
+// instance of the driver holds it (a rolling update). Closing the file
+// releases it.
+func lockState(ctx context.Context, f runFlags) (*os.File, error) {
+	path := filepath.Join(f.pluginDir, stateLockFile)
+	lock, err := flock.Acquire(ctx, path, func() {
+		klog.FromContext(ctx).Info("Waiting for the previous instance of the driver on this node to stop (rolling update)", "lock", path)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the node's driver state: %w", err)
+	}
+	return lock, nil
+}
+
+// restoreState opens the node's state and restores CDI specs and holds
+// from its checkpoint, before the kubelet's calls are served.
+func restoreState(ctx context.Context, f runFlags, client kubernetes.Interface, metrics *drivermetrics.Metrics, scanner *discovery.Scanner) (*nodeState, error) {
+	st, err := newState(ctx, f, client, metrics)
+	if err != nil {
+		return nil, err
+	}
+	initial, err := scanner.ScanContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("discover devices: %w", err)
 	}
 	if _, err := st.state.Restore(ctx, initial); err != nil {
-		logger.Error(err, "Restoring prepared claims was incomplete")
+		klog.FromContext(ctx).Error(err, "Restoring prepared claims was incomplete")
 	}
-	var devices func() *discovery.Result
+	return st, nil
+}
+
+// serving is what serves the node's devices in either mode.
+type serving struct {
+	devices func() *discovery.Result
+	refresh func()
 	// unregister stops serving the kubelet; stop also stops discovery
 	// and publishing.
-	var refresh, unregister, stop func()
-	var registered func() bool
+	unregister, stop func()
+	// registered reports whether the kubelet registered the DRA plugin;
+	// nil in device-plugin mode.
+	registered func() bool
+}
+
+// startServing serves the node's devices in mode: the device-plugin
+// endpoint, or the DRA plugin d given the node's state. Holds an earlier
+// mode left are released once no container uses their ports.
+func startServing(ctx context.Context, f runFlags, mode string, client kubernetes.Interface, st *nodeState, scanner *discovery.Scanner, events *discovery.UeventSource, d *draplugin.Driver) (*serving, error) {
 	if mode == modeDevicePlugin {
 		p, err := startDevicePlugin(ctx, f, client, st.state, scanner, events)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		devices, refresh, stop = p.Devices, p.RefreshDevices, p.Stop
-		unregister = stop
 		// Holds of an earlier mode's resources: no Allocate supersedes them.
 		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, p.Devices, p.Releasable, f.selfPod())
-	} else {
-		activateDRA(f, client, st, d)
-		devices, refresh, unregister, stop = d.Devices, d.RefreshDevices, d.Unregister, d.Stop
-		registered = func() bool {
+		return &serving{devices: p.Devices, refresh: p.RefreshDevices, unregister: p.Stop, stop: p.Stop}, nil
+	}
+	activateDRA(f, client, st, d)
+	go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices, nil, f.selfPod())
+	return &serving{
+		devices: d.Devices, refresh: d.RefreshDevices, unregister: d.Unregister, stop: d.Stop,
+		registered: func() bool {
 			st := d.Helper().RegistrationStatus()
 			return st != nil && st.PluginRegistered
-		}
-		go deviceplugin.ReleaseStaleHolds(ctx, st.state, f.podResourcesSocket, f.refreshInterval, d.Devices, nil, f.selfPod())
-	}
-	if err := control.ReleaseAdminHolds(ctx, st.state); err != nil {
+		},
+	}, nil
+}
+
+// serveControl serves the control socket until ctx ends, then stops the
+// daemon (shutdown). A control socket that fails stops the daemon at once.
+func serveControl(ctx context.Context, f runFlags, mode string, st *state.State, srv *serving) error {
+	logger := klog.FromContext(ctx)
+	if err := adminapi.ReleaseAdminHolds(ctx, st); err != nil {
 		logger.Error(err, "Ports an interrupted admin programming held stay held")
 	}
-	ctl, err := control.Listen(ctx, f.controlSocket, &control.Node{
-		State:      st.state,
-		Devices:    devices,
+	ctl, err := adminapi.Listen(ctx, f.controlSocket, &adminapi.Node{
+		State:      st,
+		Devices:    srv.devices,
 		MayProgram: deviceplugin.IsRegionHolder,
-		Refresh:    refresh,
+		Refresh:    srv.refresh,
 		Mode:       mode,
-		Registered: registered,
+		Registered: srv.registered,
 	})
 	if err != nil {
-		stop()
+		srv.stop()
 		return err
 	}
 	ctlDone := make(chan error, 1)
@@ -331,101 +249,21 @@ func run(ctx context.Context, f runFlags) error {
 	select {
 	case <-ctx.Done():
 	case err := <-ctlDone:
-		stop()
+		srv.stop()
 		return err
 	}
-	logger.Info("Shutting down", "cause", context.Cause(ctx))
-	// --shutdown-wait counts from here. The control socket drains
-	// meanwhile: its requests wait for the same programming.
-	idle, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), f.shutdownWait, fmt.Errorf("--shutdown-wait %s passed", f.shutdownWait))
-	defer cancel()
+	// The control socket drains while the daemon stops: its requests
+	// wait for the same programming.
 	defer func() { <-ctlDone }()
-	unregister()
-	// A call the servers were still handling (an Allocate, a kubelet's
-	// prepare, a control request, the stale-hold releaser's release)
-	// that has not reached the State yet is refused from here on; the
-	// ones that have are waited for below.
-	st.state.Drain()
-	// Discovery and the published slices stay current while programming
-	// ends, but not past the kubelet's wipe of the driver's slices (when
-	// no other instance registered): a slice put back after it would
-	// outlive the driver.
-	publishing := time.AfterFunc(min(f.shutdownWait, kubeletWipeDelay-wipeMargin), stop)
-	defer func() {
-		publishing.Stop()
-		stop()
-	}()
-	if err := st.state.WaitIdle(idle); err != nil {
-		logger.Error(err, "Stopping programming in flight; the next instance programs its region again")
-		st.state.CancelJobs(err)
-		stopped, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), jobStopWait, fmt.Errorf("programming did not stop within %s of its cancellation", jobStopWait))
-		defer cancel()
-		if err := st.state.WaitIdle(stopped); err != nil {
-			logger.Error(err, "Stopping while a region is being programmed; the next instance finds it interrupted")
-		}
-	}
+	shutdown(ctx, f, st, srv)
 	return nil
 }
 
-// jobStopWait bounds how long a stopping daemon waits for programming it
-// cancelled (after --shutdown-wait) to end, before it releases the node's
-// state lock.
-const jobStopWait = 5 * time.Second
-
-// kubeletWipeDelay is how long after the last instance of a DRA driver
-// unregistered the kubelet deletes the driver's ResourceSlices (its
-// defaultWipingDelay); a stopping daemon stops publishing wipeMargin
-// before it.
-const (
-	kubeletWipeDelay = 30 * time.Second
-	wipeMargin       = 5 * time.Second
-)
-
-// stopMargin is the time a stop may take beyond --shutdown-wait and
-// jobStopWait (the control socket's drain, the last checkpoint flush)
-// before stopDeadline ends the process.
-const stopMargin = 5 * time.Second
-
-// stopLimit is how long after a stop signal the process ends at the
-// latest: the pod's terminationGracePeriodSeconds must exceed it.
-func stopLimit(shutdownWait time.Duration) time.Duration {
-	return shutdownWait + jobStopWait + stopMargin
-}
-
-// stopDeadline ends the process through exit(1) when run has not
-// returned (returned) within limit of a stop signal: ctx ended while its
-// parent did not. Whatever hangs (a read of a wedged device outside the
-// bounded ones, a stuck disk), the daemon then exits within its pod's
-// grace period and says so, instead of being killed without a word.
-func stopDeadline(ctx, parent context.Context, limit time.Duration, returned <-chan struct{}, exit func(int)) {
-	select {
-	case <-returned:
-		return
-	case <-ctx.Done():
-	}
-	if parent.Err() != nil {
-		return // stopped by the caller, not by a signal
-	}
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	select {
-	case <-returned:
-	case <-timer.C:
-		klog.FromContext(ctx).Error(nil, "Stopping took too long; exiting now", "limit", limit, "cause", context.Cause(ctx))
-		klog.Flush()
-		exit(1)
-	}
-}
-
-// stateLockFile, in the plugin directory, is held by the one process that
-// owns the node's state (checkpoint, CDI specs, programming, slices).
-const stateLockFile = "state.lock"
-
 // startDRA starts the DRA kubelet plugin (the mode for clusters with DRA)
 // in standby: registered, discovering, holding the kubelet's calls until
-// activateDRA.
+// activateDRA; and its liveness probe with --liveness-address.
 func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, metrics *drivermetrics.Metrics, scanner *discovery.Scanner, events *discovery.UeventSource) (*draplugin.Driver, error) {
-	return draplugin.Start(ctx, draplugin.Config{
+	d, err := draplugin.Start(ctx, draplugin.Config{
 		DriverName:      f.driverName,
 		NodeName:        f.nodeName,
 		KubeClient:      client,
@@ -443,6 +281,16 @@ func startDRA(ctx context.Context, f runFlags, client kubernetes.Interface, metr
 		CDIDir:          f.cdiDir,
 		Standby:         true,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if f.livenessAddress != "" {
+		if err := serveLiveness(ctx, f.livenessAddress, d); err != nil {
+			d.Stop()
+			return nil, fmt.Errorf("--liveness-address: %w", err)
+		}
+	}
+	return d, nil
 }
 
 // activateDRA gives the plugin the node's state: it serves the kubelet's
@@ -452,7 +300,7 @@ func activateDRA(f runFlags, client kubernetes.Interface, st *nodeState, d *drap
 	claims := &draplugin.Claims{
 		DriverName: f.driverName, PoolName: f.nodeName, State: st.state, Recorder: st.recorder, Metrics: st.metrics,
 		Client: client,
-		Slices: draplugin.SliceOptions{Programmable: f.programmable, Root: f.root},
+		Slices: deviceslice.Options{Programmable: f.programmable, Root: f.root},
 	}
 	var binder *draplugin.Binder
 	if f.bindingConditions && f.programmable {
@@ -463,29 +311,4 @@ func activateDRA(f runFlags, client kubernetes.Interface, st *nodeState, d *drap
 	}
 	st.driver.Store(d)
 	d.Activate(claims, binder)
-}
-
-func kubeClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
-	}
-	cfg.QPS, cfg.Burst = qps, burst
-	cfg.UserAgent = "fpga-dra-driver"
-	return kubernetes.NewForConfig(cfg)
-}
-
-// selfPod is this daemon's pod as "namespace/name", or "" when either is
-// not known (not run as a pod, or without the downward API).
-func (f runFlags) selfPod() string {
-	if f.podName == "" || f.podNamespace == "" {
-		return ""
-	}
-	return f.podNamespace + "/" + f.podName
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
@@ -76,10 +76,10 @@ func TestStopCancelsProgrammingAfterShutdownWait(t *testing.T) {
 		"--pod-resources-socket", filepath.Join(base, "pr.sock"), "--control-socket", socket,
 		"--sim-program-delay", "1h", "--shutdown-wait", shutdownWait.String()))
 
-	client := control.NewClient(socket)
+	client := adminapi.NewClient(socket)
 	programmed := make(chan error, 1)
 	go func() {
-		_, err := client.Program(context.Background(), control.ProgramRequest{Device: "dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: simnode.SampleAFUID, Admin: true})
+		_, err := client.Program(context.Background(), adminapi.ProgramRequest{Device: "dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: simnode.SampleAFUID, Admin: true})
 		programmed <- err
 	}()
 	// The checkpoint records the admin's hold as started just before the

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/slicetemplate"
 )
@@ -81,7 +82,7 @@ json) or Karpenter's InstanceType.DynamicResources in JSON (-o karpenter).`,
 	f.StringVar(&root, "root", "", "read the template from the node whose sys/ and dev/ are below DIR (/ on a host, a simulated node's --dir)")
 	f.StringVar(&kernelDriver, "kernel-driver", "auto", "kernel driver of the nodes: auto (the model's first, or detected below --root), dfl, opae or xrt")
 	f.BoolVar(&programmable, "programmable", true, "the daemon's --programmable on these nodes")
-	f.StringVar(&opts.DriverName, "driver-name", slicetemplate.DefaultDriverName, "the daemon's --driver-name, also the attribute domain")
+	f.StringVar(&opts.DriverName, "driver-name", v1alpha1.DriverName, "the daemon's --driver-name, also the attribute domain")
 	f.StringVar(&opts.NodeName, "node-name", slicetemplate.DefaultNodeName, "node (and pool) name the template's slices carry")
 	f.StringVarP(&output, "output", "o", "yaml", "yaml or json (a ResourceSlice List), or karpenter (InstanceType.DynamicResources)")
 	return cmd

@@ -9,7 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/slicetemplate"
 )
@@ -44,7 +44,7 @@ func TestTemplateForAModel(t *testing.T) {
 		if d.Name != list.Items[0].Spec.Devices[i].Name {
 			t.Errorf("device %d: %s in Karpenter's form, %s in the manifest", i, d.Name, list.Items[0].Spec.Devices[i].Name)
 		}
-		if _, ok := d.Attributes["fpga.dra.dev/"+draplugin.AttrAFUID]; ok {
+		if _, ok := d.Attributes["fpga.dra.dev/"+deviceslice.AttrAFUID]; ok {
 			t.Errorf("device %s carries the runtime-only afuID", d.Name)
 		}
 	}
@@ -67,10 +67,10 @@ func TestTemplateFromASimulatedNode(t *testing.T) {
 		t.Fatalf("want one slice with 3 devices:\n%s", out)
 	}
 	for _, d := range list.Items[0].Spec.Devices {
-		if _, ok := d.Attributes["fpga.dra.dev/"+draplugin.AttrNUMANode]; !ok {
+		if _, ok := d.Attributes["fpga.dra.dev/"+deviceslice.AttrNUMANode]; !ok {
 			t.Errorf("device %s lost numaNode, which a node knows from boot on", d.Name)
 		}
-		if _, ok := d.Attributes["fpga.dra.dev/"+draplugin.AttrHealthy]; ok {
+		if _, ok := d.Attributes["fpga.dra.dev/"+deviceslice.AttrHealthy]; ok {
 			t.Errorf("device %s carries the runtime-only healthy", d.Name)
 		}
 	}

@@ -124,43 +124,7 @@ func TestAcceleratorFunctionLifecycle(t *testing.T) {
 	if diff := cmp.Diff([]string{"nlb0", "nlb0-program"}, tc.classNames(t)); diff != "" {
 		t.Fatalf("DeviceClasses (-want +got):\n%s", diff)
 	}
-	for _, name := range []string{"nlb0", "nlb0-program"} {
-		c := tc.class(t, name)
-		ref := metav1.GetControllerOfNoCopy(c)
-		if ref == nil || ref.Kind != v1alpha1.AcceleratorFunctionKind || ref.Name != "nlb0" || ref.UID != af.UID ||
-			ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
-			t.Errorf("DeviceClass %s controller = %+v, want AcceleratorFunction nlb0 blocking deletion", name, ref)
-		}
-		if c.Labels[ManagedByLabel] != ManagedByValue {
-			t.Errorf("DeviceClass %s labels = %v", name, c.Labels)
-		}
-	}
-	if got, want := tc.class(t, "nlb0").Spec.Selectors[0].CEL.Expression, PinnedLoadedSelector(testDriver, testAFUID, testIfID); got != want {
-		t.Errorf("nlb0 selector = %s, want %s", got, want)
-	}
-	// A pinned function's loaded class carries the pin (see
-	// AcceleratorFunctionClasses).
-	if diff := cmp.Diff(&v1alpha1.FpgaConfig{TypeMeta: fpgaConfigType, AFUID: testAFUID, InterfaceID: testIfID,
-		Bitstream: testIfID + "/" + testAFUID + ".gbs", SHA256: testSHA256, Programming: v1alpha1.ProgrammingIfNeeded},
-		classConfig(t, tc.class(t, "nlb0"))); diff != "" {
-		t.Errorf("nlb0 config (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(&v1alpha1.FpgaConfig{TypeMeta: fpgaConfigType, AFUID: testAFUID, InterfaceID: testIfID,
-		Bitstream: testIfID + "/" + testAFUID + ".gbs", SHA256: testSHA256, Programming: v1alpha1.ProgrammingIfNeeded},
-		classConfig(t, tc.class(t, "nlb0-program"))); diff != "" {
-		t.Errorf("nlb0-program config (-want +got):\n%s", diff)
-	}
-	got := tc.getAF(t, "nlb0")
-	if got.Status.ObservedGeneration != 1 || got.Status.LoadedDevices != 0 || got.Status.ProgrammableDevices != 0 ||
-		!cmp.Equal(got.Status.DeviceClasses, []string{"nlb0", "nlb0-program"}) {
-		t.Errorf("status = %+v", got.Status)
-	}
-	if c := condition(t, got.Status.Conditions, v1alpha1.ConditionReady); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonDeviceClassesReady {
-		t.Errorf("Ready = %+v", c)
-	}
-	if c := condition(t, got.Status.Conditions, v1alpha1.ConditionDevicesAvailable); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNoDevices {
-		t.Errorf("DevicesAvailable = %+v", c)
-	}
+	checkPinnedRegionClasses(t, tc, af)
 
 	// A node publishes its devices: the counts follow.
 	for _, s := range publishedSlices(t, n, res, testNode, true) {
@@ -169,7 +133,7 @@ func TestAcceleratorFunctionLifecycle(t *testing.T) {
 		}
 	}
 	tc.syncAF(t, "nlb0")
-	got = tc.getAF(t, "nlb0")
+	got := tc.getAF(t, "nlb0")
 	wantLoaded, wantProgrammable := int32(len(portsWith(res, testAFUID))), int32(len(portsWith(res, "")))
 	if wantLoaded == 0 || wantLoaded == wantProgrammable {
 		t.Fatalf("fixture: %d of %d ports hold the AFU, want some but not all", wantLoaded, wantProgrammable)
@@ -218,6 +182,46 @@ func TestAcceleratorFunctionLifecycle(t *testing.T) {
 	tc.syncAF(t, "nlb0")
 	if names := tc.classNames(t); len(names) != 0 {
 		t.Errorf("DeviceClasses after the delete = %v, want none", names)
+	}
+}
+
+// checkPinnedRegionClasses checks the DeviceClasses and the status of af,
+// the AcceleratorFunction nlb0 pinned in region mode, before any node
+// publishes devices: both classes owned by af and carrying its pin, Ready,
+// and no devices available.
+func checkPinnedRegionClasses(t *testing.T, tc *testController, af *v1alpha1.AcceleratorFunction) {
+	t.Helper()
+	for _, name := range []string{"nlb0", "nlb0-program"} {
+		c := tc.class(t, name)
+		ref := metav1.GetControllerOfNoCopy(c)
+		if ref == nil || ref.Kind != v1alpha1.AcceleratorFunctionKind || ref.Name != "nlb0" || ref.UID != af.UID ||
+			ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+			t.Errorf("DeviceClass %s controller = %+v, want AcceleratorFunction nlb0 blocking deletion", name, ref)
+		}
+		if c.Labels[ManagedByLabel] != ManagedByValue {
+			t.Errorf("DeviceClass %s labels = %v", name, c.Labels)
+		}
+		// A pinned function's classes carry the pin (see
+		// AcceleratorFunctionClasses).
+		if diff := cmp.Diff(&v1alpha1.FpgaConfig{TypeMeta: fpgaConfigType, AFUID: testAFUID, InterfaceID: testIfID,
+			Bitstream: testIfID + "/" + testAFUID + ".gbs", SHA256: testSHA256, Programming: v1alpha1.ProgrammingIfNeeded},
+			classConfig(t, c)); diff != "" {
+			t.Errorf("%s config (-want +got):\n%s", name, diff)
+		}
+	}
+	if got, want := tc.class(t, "nlb0").Spec.Selectors[0].CEL.Expression, PinnedLoadedSelector(testDriver, testAFUID, testIfID); got != want {
+		t.Errorf("nlb0 selector = %s, want %s", got, want)
+	}
+	got := tc.getAF(t, "nlb0")
+	if got.Status.ObservedGeneration != 1 || got.Status.LoadedDevices != 0 || got.Status.ProgrammableDevices != 0 ||
+		!cmp.Equal(got.Status.DeviceClasses, []string{"nlb0", "nlb0-program"}) {
+		t.Errorf("status = %+v", got.Status)
+	}
+	if c := condition(t, got.Status.Conditions, v1alpha1.ConditionReady); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonDeviceClassesReady {
+		t.Errorf("Ready = %+v", c)
+	}
+	if c := condition(t, got.Status.Conditions, v1alpha1.ConditionDevicesAvailable); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNoDevices {
+		t.Errorf("DevicesAvailable = %+v", c)
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -237,9 +237,9 @@ func TestFirstAvailablePrefersLoadedFunction(t *testing.T) {
 // use to the ones the node daemon publishes.
 func TestSelectorAttributesArePublished(t *testing.T) {
 	for got, want := range map[string]string{
-		attrAFUID:        draplugin.AttrAFUID,
-		attrInterfaceID:  draplugin.AttrInterfaceID,
-		attrProgrammable: draplugin.AttrProgrammable,
+		attrAFUID:        deviceslice.AttrAFUID,
+		attrInterfaceID:  deviceslice.AttrInterfaceID,
+		attrProgrammable: deviceslice.AttrProgrammable,
 	} {
 		if got != want {
 			t.Errorf("selector attribute %q, the node publishes %q", got, want)

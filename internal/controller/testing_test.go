@@ -19,8 +19,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -47,8 +47,8 @@ func simulatedNode(t *testing.T, opts simnode.Options) (*simnode.Node, *discover
 // nodeName, as the scheduler sees it.
 func publishedSlices(t *testing.T, n *simnode.Node, res *discovery.Result, nodeName string, programmable bool) []*resourceapi.ResourceSlice {
 	t.Helper()
-	devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: testDriver, Programmable: programmable, Root: n.Root})
-	objs := draplugin.SliceObjects(testDriver, nodeName, draplugin.Resources(nodeName, devices))
+	devices := deviceslice.Devices(res, deviceslice.Options{DriverName: testDriver, Programmable: programmable, Root: n.Root})
+	objs := deviceslice.SliceObjects(testDriver, nodeName, deviceslice.Resources(nodeName, devices))
 	var out []*resourceapi.ResourceSlice
 	for i := range objs {
 		s := objs[i].DeepCopy()

@@ -23,13 +23,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
 // Defaults for Config.
 const (
-	DefaultDomain          = "fpga.dra.dev"
+	DefaultDomain          = v1alpha1.DriverName
 	DefaultCheckInterval   = 5 * time.Second
 	DefaultRegisterTimeout = 10 * time.Second
 )

@@ -34,6 +34,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -114,7 +115,7 @@ func startBindingNode(t testing.TB, o bindingOptions) *bindingNode {
 	driver.Store(d)
 	bn.testNode = n
 	claims := &draplugin.Claims{DriverName: driverName, PoolName: nodeName, State: n.State, Client: n.client,
-		Slices: draplugin.SliceOptions{Programmable: true, Root: n.sim.Root}}
+		Slices: deviceslice.Options{Programmable: true, Root: n.sim.Root}}
 	devices := d.Devices
 	if o.devices != nil {
 		devices = o.devices(d.Devices)
@@ -876,7 +877,7 @@ func TestBindingConditionsDroppedByAPIServer(t *testing.T) {
 				d := &slice.Spec.Devices[i]
 				w.bindingConditions = w.bindingConditions || len(d.BindingConditions) > 0 || len(d.BindingFailureConditions) > 0
 				d.BindingConditions, d.BindingFailureConditions, d.BindsToNode = nil, nil, nil
-				if v := d.Attributes[driverName+"/"+draplugin.AttrAFUID].StringValue; d.Name == dev0 && v != nil {
+				if v := d.Attributes[driverName+"/"+deviceslice.AttrAFUID].StringValue; d.Name == dev0 && v != nil {
 					w.afu = *v
 				}
 			}

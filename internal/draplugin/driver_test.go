@@ -24,6 +24,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -71,13 +72,13 @@ func TestPublishedSlices(t *testing.T) {
 				attr := func(name string) resourceapi.DeviceAttribute {
 					return d.Attributes[resourceapi.QualifiedName(driverName+"/"+name)]
 				}
-				if v := attr(draplugin.AttrAFUID).StringValue; v == nil || *v != p.AFUID {
+				if v := attr(deviceslice.AttrAFUID).StringValue; v == nil || *v != p.AFUID {
 					t.Errorf("%s afuID %v, want %s", d.Name, v, p.AFUID)
 				}
-				if v := attr(draplugin.AttrInterfaceID).StringValue; v == nil || *v != simnode.DefaultInterfaceID {
+				if v := attr(deviceslice.AttrInterfaceID).StringValue; v == nil || *v != simnode.DefaultInterfaceID {
 					t.Errorf("%s interfaceID %v", d.Name, v)
 				}
-				if v := attr(draplugin.AttrKernelDriver).StringValue; v == nil || *v != string(drv) {
+				if v := attr(deviceslice.AttrKernelDriver).StringValue; v == nil || *v != string(drv) {
 					t.Errorf("%s kernelDriver %v", d.Name, v)
 				}
 				if v := attr("portID").IntValue; v == nil || *v != int64(p.ID) {
@@ -346,33 +347,6 @@ func TestKubeletCallsBeforeFirstDiscovery(t *testing.T) {
 	}
 	if r := <-prepared; r == nil || r.Claims["early-uid"] == nil || !strings.Contains(r.Claims["early-uid"].Error, "not configured to prepare claims") {
 		t.Errorf("prepare before the first discovery: %v, want the per-claim answer of a node that prepares no claims", r)
-	}
-}
-
-// TestDevicesLeaveOutUnreportedAttributes: what the kernel did not report
-// (socket_id, PCI IDs, bitstream_id, NUMA affinity) is left out of the
-// device, never published as 0 or "", so a selector on it fails to match.
-func TestDevicesLeaveOutUnreportedAttributes(t *testing.T) {
-	port := &discovery.Port{ID: 0, PCIAddress: "0000:81:00.0", Node: discovery.DevNode{Name: "dfl-port.0"}, AFUID: simnode.SampleAFUID, Health: discovery.Health{Healthy: true},
-		Attributes: []discovery.Attribute{{Name: "portID", Value: int64(0)}}}
-	res := &discovery.Result{Drivers: []discovery.KernelDriver{discovery.DriverDFL}, Cards: []*discovery.Card{{
-		Driver: discovery.DriverDFL, PCIAddress: "0000:81:00.0", NUMANode: -1, SocketID: -1,
-		InterfaceID: simnode.DefaultInterfaceID, Ports: []*discovery.Port{port},
-	}}}
-	devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Root: t.TempDir()})
-	if len(devices) != 1 {
-		t.Fatalf("%d devices, want 1", len(devices))
-	}
-	attrs := devices[0].Attributes
-	for _, name := range []string{"socketID", draplugin.AttrNUMANode, draplugin.AttrVendorID, draplugin.AttrDeviceID, draplugin.AttrModel, "bitstreamID"} {
-		if a, ok := attrs[resourceapi.QualifiedName(driverName+"/"+name)]; ok {
-			t.Errorf("unreported %s published as %+v", name, a)
-		}
-	}
-	for _, name := range []string{draplugin.AttrInterfaceID, draplugin.AttrAFUID, "portID"} {
-		if _, ok := attrs[resourceapi.QualifiedName(driverName+"/"+name)]; !ok {
-			t.Errorf("%s missing", name)
-		}
 	}
 }
 

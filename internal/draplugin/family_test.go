@@ -17,6 +17,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
@@ -172,7 +173,7 @@ func TestFourthFamily(t *testing.T) {
 	pn := &preparingNode{testNode: n, state: n.State}
 	got := n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return afuOf(s, fakeDevice) == loaded })
 	for _, d := range got[0].Spec.Devices {
-		if v := d.Attributes[driverName+"/"+draplugin.AttrKernelDriver].StringValue; d.Name == fakeDevice && (v == nil || *v != string(fakeDriver)) {
+		if v := d.Attributes[driverName+"/"+deviceslice.AttrKernelDriver].StringValue; d.Name == fakeDevice && (v == nil || *v != string(fakeDriver)) {
 			t.Errorf("%s kernelDriver %v, want %s", d.Name, v, fakeDriver)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -41,7 +42,7 @@ type Claims struct {
 	Client kubernetes.Interface
 	// Slices are the published devices' options: a prepared device's
 	// metadata for the container carries its published attributes.
-	Slices SliceOptions
+	Slices deviceslice.Options
 
 	// ready writes the prepared devices' status.
 	ready readyWrites
@@ -146,7 +147,7 @@ func (c *Claims) metadata(d state.PreparedDevice, devs *discovery.Result) *kubel
 	o := c.Slices
 	o.DriverName = c.DriverName
 	attrs := map[string]resourceapi.DeviceAttribute{}
-	for name, a := range deviceOf(card, port, o).Attributes {
+	for name, a := range deviceslice.Device(card, port, o).Attributes {
 		attrs[strings.TrimPrefix(string(name), c.DriverName+"/")] = a
 	}
 	if afu := d.AFUID; afu != "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/internal/drivermetrics"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
@@ -189,7 +190,7 @@ func (pn *preparingNode) waitEvent(t testing.TB, c *resourceapi.ResourceClaim, r
 func afuOf(s []resourceapi.ResourceSlice, device string) string {
 	for _, sl := range s {
 		for _, d := range sl.Spec.Devices {
-			if v := d.Attributes[driverName+"/"+draplugin.AttrAFUID].StringValue; d.Name == device && v != nil {
+			if v := d.Attributes[driverName+"/"+deviceslice.AttrAFUID].StringValue; d.Name == device && v != nil {
 				return *v
 			}
 		}

@@ -12,9 +12,9 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
@@ -59,7 +59,7 @@ func renumberedTaints(slices []resourceapi.ResourceSlice) []string {
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {
 			for _, taint := range d.Taints {
-				if taint.Key == driverName+"/"+draplugin.TaintRenumbered && taint.Effect == resourceapi.DeviceTaintEffectNoExecute && taint.Value == draplugin.TaintRenumberedValue {
+				if taint.Key == driverName+"/"+deviceslice.TaintRenumbered && taint.Effect == resourceapi.DeviceTaintEffectNoExecute && taint.Value == deviceslice.TaintRenumberedValue {
 					out = append(out, d.Name)
 				}
 			}

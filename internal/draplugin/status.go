@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -24,8 +25,8 @@ import (
 // driver name, as the devices carry them in the ResourceSlice), and Ready
 // once the kubelet prepared the device.
 const (
-	ConditionProgrammed        = "programmed"
-	ConditionProgrammingFailed = "programming-failed"
+	ConditionProgrammed        = deviceslice.ConditionProgrammed
+	ConditionProgrammingFailed = deviceslice.ConditionProgrammingFailed
 	ConditionReady             = "Ready"
 )
 

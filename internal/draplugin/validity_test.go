@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
@@ -147,17 +147,17 @@ func TestOverlongAttributeIsLeftOut(t *testing.T) {
 	if len(res.Cards) != 2 || res.Cards[1].BitstreamID != long {
 		t.Fatalf("want 2 cards, the second with the overlong bitstream_id %q: %d cards, errors %v", long, len(res.Cards), res.Errors)
 	}
-	devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Root: sim.Root})
+	devices := deviceslice.Devices(res, deviceslice.Options{DriverName: driverName, Root: sim.Root})
 	s := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: devices}}
 	if errs := sliceProblems(&s); len(errs) > 0 {
 		t.Errorf("devices the API server refuses: %v", errs.ToAggregate())
 	}
-	for _, name := range []string{"bitstreamID", draplugin.AttrVendorID, draplugin.AttrModel} {
+	for _, name := range []string{"bitstreamID", deviceslice.AttrVendorID, deviceslice.AttrModel} {
 		if a, ok := devices[1].Attributes[resourceapi.QualifiedName(driverName+"/"+name)]; ok {
 			t.Errorf("overlong %s published as %q", name, *a.StringValue)
 		}
 	}
-	for _, name := range []string{"bitstreamID", draplugin.AttrVendorID, draplugin.AttrModel} {
+	for _, name := range []string{"bitstreamID", deviceslice.AttrVendorID, deviceslice.AttrModel} {
 		if a := devices[0].Attributes[resourceapi.QualifiedName(driverName+"/"+name)]; a.StringValue == nil {
 			t.Errorf("the sound card's %s is missing", name)
 		}

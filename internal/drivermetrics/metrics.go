@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/component-base/metrics"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/metricsserver"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
@@ -89,7 +90,7 @@ func New() *Metrics {
 
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return metrics.HandlerFor(m.registry, metrics.HandlerOpts{ErrorHandling: metrics.ContinueOnError})
+	return metricsserver.Handler(m.registry)
 }
 
 // Registry is the gatherer behind Handler (tests read it).

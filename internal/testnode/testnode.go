@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
@@ -28,7 +29,7 @@ import (
 // Defaults of a Node.
 const (
 	// DriverName is the driver and CDI vendor name.
-	DriverName = "fpga.dra.dev"
+	DriverName = v1alpha1.DriverName
 	// CDIClass is the CDI class of the claims' specs.
 	CDIClass = "port"
 	// NewAFU is an AFU no simulated port carries until it is programmed;

@@ -93,14 +93,18 @@ func post(t *testing.T, h http.Handler, body []byte) *admissionv1.AdmissionRespo
 	return out.Response
 }
 
+// reviewCase is an admission review and the answer it should get.
+type reviewCase struct {
+	name string
+	body []byte
+	// wantDenied holds substrings of the denial; empty means allowed.
+	wantDenied []string
+}
+
+// TestReview: claims and claim templates with the driver's configs.
 func TestReview(t *testing.T) {
 	valid := fpgaConfig(`"afuID":"` + afuID + `","interfaceID":"` + ifID + `","programming":"IfNeeded"`)
-	tests := []struct {
-		name string
-		body []byte
-		// wantDenied holds substrings of the denial; empty means allowed.
-		wantDenied []string
-	}{
+	runReviews(t, []reviewCase{
 		{
 			name: "claim with a valid config",
 			body: review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Create, claim("resource.k8s.io/v1", opaque(driverName, valid))),
@@ -178,6 +182,21 @@ func TestReview(t *testing.T) {
 			wantDenied: []string{`ResourceClaimTemplate.resource.k8s.io "obj" is invalid`, `spec.spec.devices.config[0].opaque.parameters.sha256: Invalid value: "abc"`},
 		},
 		{
+			name: "delete is allowed",
+			body: review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Delete, ""),
+		},
+		{
+			name:       "an object that is no claim",
+			body:       review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Create, `{"spec":[]}`),
+			wantDenied: []string{"decode ResourceClaim"},
+		},
+	})
+}
+
+// TestReviewCustomResources: AcceleratorFunctions and FpgaRegions.
+func TestReviewCustomResources(t *testing.T) {
+	runReviews(t, []reviewCase{
+		{
 			name: "valid AcceleratorFunction",
 			body: review("fpga.dra.dev", "v1alpha1", "acceleratorfunctions", "AcceleratorFunction", admissionv1.Create,
 				`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"AcceleratorFunction","metadata":{"name":"nlb0"},"spec":{"afuID":"`+afuID+`","interfaceID":"`+ifID+`","mode":"region","bitstream":"nlb0.gbs"}}`),
@@ -211,16 +230,12 @@ func TestReview(t *testing.T) {
 				`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaRegion","metadata":{"name":"pac"},"spec":{"interfaceID":"`+allF+`"}}`),
 			wantDenied: []string{"spec.interfaceID: Invalid value", "unusable region"},
 		},
-		{
-			name: "delete is allowed",
-			body: review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Delete, ""),
-		},
-		{
-			name:       "an object that is no claim",
-			body:       review("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", admissionv1.Create, `{"spec":[]}`),
-			wantDenied: []string{"decode ResourceClaim"},
-		},
-	}
+	})
+}
+
+// runReviews posts each case's review to the handler and checks the
+// answer.
+func runReviews(t *testing.T, tests []reviewCase) {
 	h := NewHandler(driverName, nil)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

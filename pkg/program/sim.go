@@ -34,7 +34,7 @@ func SimPayload(afuID string, size int) ([]byte, error) {
 	}
 	size = (max(size, simAFUIDLen) + 3) &^ 3
 	b := make([]byte, size)
-	hex.Decode(b[:simAFUIDLen], []byte(id)) // id is 32 hex digits
+	_, _ = hex.Decode(b[:simAFUIDLen], []byte(id)) // id is 32 hex digits
 	for i := simAFUIDLen; i < size; i++ {
 		b[i] = byte(i)
 	}

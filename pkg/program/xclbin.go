@@ -389,9 +389,9 @@ func buildXclbin(m XclbinMetadata, payload []byte) ([]byte, error) {
 	le.PutUint64(b[xclbinOffTimestamp:], m.Timestamp)
 	b[xclbinOffVersionMajor] = 2
 	le.PutUint16(b[xclbinOffMode:], uint16(m.Mode))
-	hex.Decode(b[xclbinOffInterface:xclbinOffInterface+16], []byte(ifID)) // canonical: 32 hex digits
+	_, _ = hex.Decode(b[xclbinOffInterface:xclbinOffInterface+16], []byte(ifID)) // canonical: 32 hex digits
 	copy(b[xclbinOffPlatform:xclbinOffPlatform+xclbinPlatformLen-1], m.Platform)
-	hex.Decode(b[xclbinOffUUID:xclbinOffUUID+16], []byte(uuid))
+	_, _ = hex.Decode(b[xclbinOffUUID:xclbinOffUUID+16], []byte(uuid))
 	le.PutUint32(b[xclbinOffNumSections:], uint32(len(sections)))
 	off := align8(tableEnd)
 	for i, s := range sections {

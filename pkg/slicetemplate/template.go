@@ -21,13 +21,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
-
-// DefaultDriverName is the driver name (and attribute domain) the driver
-// publishes under unless its --driver-name says otherwise.
-const DefaultDriverName = "fpga.dra.dev"
 
 // DefaultNodeName names the node, and so the pool, of a template whose
 // Options name none.
@@ -36,7 +33,7 @@ const DefaultNodeName = "fpga-template-node"
 // runtimeOnly are the attributes a node learns only while it runs: the AFU
 // loaded in a region and the outcome of the health checks. No template
 // holds them.
-var runtimeOnly = []string{draplugin.AttrAFUID, draplugin.AttrHealthy}
+var runtimeOnly = []string{deviceslice.AttrAFUID, deviceslice.AttrHealthy}
 
 // notInModel are boot-stable attributes that a card model and count do not
 // determine: the platform's NUMA and socket placement, the build of the
@@ -44,13 +41,13 @@ var runtimeOnly = []string{draplugin.AttrAFUID, draplugin.AttrHealthy}
 // node keeps them; one made for a shape leaves them out (its device names
 // follow the simulated node's PCI addresses: unique, but not a real node's).
 var notInModel = []string{
-	draplugin.AttrNUMANode, "socketID", "bitstreamID", "serial",
+	deviceslice.AttrNUMANode, "socketID", "bitstreamID", "serial",
 	string(deviceattribute.StandardDeviceAttributePCIBusID), string(deviceattribute.StandardDeviceAttributePCIeRoot),
 }
 
 // Options name what a template is published as.
 type Options struct {
-	// DriverName is the daemon's --driver-name; DefaultDriverName when
+	// DriverName is the daemon's --driver-name; v1alpha1.DriverName when
 	// empty.
 	DriverName string
 	// NodeName names the template's node and pool; DefaultNodeName when
@@ -60,7 +57,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.DriverName == "" {
-		o.DriverName = DefaultDriverName
+		o.DriverName = v1alpha1.DriverName
 	}
 	if o.NodeName == "" {
 		o.NodeName = DefaultNodeName
@@ -119,7 +116,7 @@ func build(root string, force discovery.KernelDriver, programmable bool, o Optio
 	if len(res.Ports()) == 0 {
 		return nil, fmt.Errorf("the %v drivers are loaded below %s but no usable FPGA device was found: %v", res.Drivers, root, res.Errors)
 	}
-	devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: o.DriverName, Programmable: programmable, Root: root})
+	devices := deviceslice.Devices(res, deviceslice.Options{DriverName: o.DriverName, Programmable: programmable, Root: root})
 	for i := range devices {
 		devices[i] = withoutAttributes(devices[i], o.DriverName, drop)
 	}
@@ -141,5 +138,5 @@ func withoutAttributes(d resourceapi.Device, driverName string, names []string) 
 // ResourceSlices renders the template as the ResourceSlice objects the
 // driver publishes on the node: one pool named after the node.
 func (t *Template) ResourceSlices() []resourceapi.ResourceSlice {
-	return draplugin.SliceObjects(t.DriverName, t.NodeName, draplugin.Resources(t.NodeName, t.Devices))
+	return deviceslice.SliceObjects(t.DriverName, t.NodeName, deviceslice.Resources(t.NodeName, t.Devices))
 }

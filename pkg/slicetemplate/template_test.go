@@ -16,9 +16,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // scans read XRT cards
@@ -27,7 +28,7 @@ import (
 const otherInterfaceID = "0123456789abcdef0123456789abcdef"
 
 func attr(d resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
-	a, ok := d.Attributes[resourceapi.QualifiedName(DefaultDriverName+"/"+name)]
+	a, ok := d.Attributes[resourceapi.QualifiedName(v1alpha1.DriverName+"/"+name)]
 	return a, ok
 }
 
@@ -48,7 +49,7 @@ func published(t *testing.T, root string, programmable bool) []resourceapi.Devic
 	if err != nil {
 		t.Fatal(err)
 	}
-	return draplugin.Devices(res, draplugin.SliceOptions{DriverName: DefaultDriverName, Programmable: programmable, Root: root})
+	return deviceslice.Devices(res, deviceslice.Options{DriverName: v1alpha1.DriverName, Programmable: programmable, Root: root})
 }
 
 func TestForShapeEveryModel(t *testing.T) {
@@ -75,8 +76,8 @@ func TestForShapeEveryModel(t *testing.T) {
 					for _, d := range tmpl.Devices {
 						names.Insert(d.Name)
 						for name, want := range map[string]string{
-							draplugin.AttrModel: readable, draplugin.AttrVendorID: m.VendorID, draplugin.AttrDeviceID: m.DeviceID,
-							draplugin.AttrInterfaceID: simnode.DefaultInterfaceID, draplugin.AttrKernelDriver: string(kd),
+							deviceslice.AttrModel: readable, deviceslice.AttrVendorID: m.VendorID, deviceslice.AttrDeviceID: m.DeviceID,
+							deviceslice.AttrInterfaceID: simnode.DefaultInterfaceID, deviceslice.AttrKernelDriver: string(kd),
 						} {
 							if got := stringAttr(t, d, name); got != want {
 								t.Errorf("device %s: %s = %q, want %q", d.Name, name, got, want)
@@ -87,7 +88,7 @@ func TestForShapeEveryModel(t *testing.T) {
 						} else if a, _ := attr(d, "virtualFunction"); a.BoolValue == nil || *a.BoolValue != vf {
 							t.Errorf("device %s: virtualFunction = %v, want %v", d.Name, a.BoolValue, vf)
 						}
-						if a, _ := attr(d, draplugin.AttrProgrammable); a.BoolValue == nil || !*a.BoolValue {
+						if a, _ := attr(d, deviceslice.AttrProgrammable); a.BoolValue == nil || !*a.BoolValue {
 							t.Errorf("device %s: programmable = %v, want true (the daemon's default)", d.Name, a.BoolValue)
 						}
 						for _, name := range slices.Concat(runtimeOnly, notInModel) {
@@ -194,7 +195,7 @@ func TestFromNodeKeepsBootStableAttributes(t *testing.T) {
 			t.Errorf("device %s has taints %v", d.Name, d.Taints)
 		}
 		for name, a := range pub[i].Attributes {
-			short := strings.TrimPrefix(string(name), DefaultDriverName+"/")
+			short := strings.TrimPrefix(string(name), v1alpha1.DriverName+"/")
 			_, ok := d.Attributes[name]
 			if want := !slices.Contains(runtimeOnly, short); ok != want {
 				t.Errorf("device %s: attribute %s (%v) in the template: %v, want %v", d.Name, name, a, ok, want)
@@ -202,8 +203,8 @@ func TestFromNodeKeepsBootStableAttributes(t *testing.T) {
 		}
 	}
 	for _, s := range tmpl.ResourceSlices() {
-		if s.Spec.Pool.Name != "node-a" || ptr.Deref(s.Spec.NodeName, "") != "node-a" || s.Spec.Driver != DefaultDriverName {
-			t.Errorf("slice pool %q node %v driver %q, want node-a, node-a, %s", s.Spec.Pool.Name, s.Spec.NodeName, s.Spec.Driver, DefaultDriverName)
+		if s.Spec.Pool.Name != "node-a" || ptr.Deref(s.Spec.NodeName, "") != "node-a" || s.Spec.Driver != v1alpha1.DriverName {
+			t.Errorf("slice pool %q node %v driver %q, want node-a, node-a, %s", s.Spec.Pool.Name, s.Spec.NodeName, s.Spec.Driver, v1alpha1.DriverName)
 		}
 	}
 }
@@ -228,16 +229,16 @@ func TestSelectorsAtScaleUp(t *testing.T) {
 	for _, s := range tmpl.ResourceSlices() {
 		pool = append(pool, &s)
 	}
-	model := fmt.Sprintf("device.attributes[%q].model.startsWith(\"Intel PAC Arria 10\")", DefaultDriverName)
+	model := fmt.Sprintf("device.attributes[%q].model.startsWith(\"Intel PAC Arria 10\")", v1alpha1.DriverName)
 	for _, tc := range []struct {
 		name, selector string
 		match          bool
 	}{
-		{"every device of the driver", controller.DriverSelector(DefaultDriverName), true},
-		{"programmable region of the interface (FpgaRegion, AcceleratorFunction NAME-program)", controller.ProgrammableSelector(DefaultDriverName, simnode.DefaultInterfaceID), true},
-		{"programmable region of another interface", controller.ProgrammableSelector(DefaultDriverName, otherInterfaceID), false},
+		{"every device of the driver", controller.DriverSelector(v1alpha1.DriverName), true},
+		{"programmable region of the interface (FpgaRegion, AcceleratorFunction NAME-program)", controller.ProgrammableSelector(v1alpha1.DriverName, simnode.DefaultInterfaceID), true},
+		{"programmable region of another interface", controller.ProgrammableSelector(v1alpha1.DriverName, otherInterfaceID), false},
 		{"card model", model, true},
-		{"AFU already loaded (AcceleratorFunction af mode)", controller.LoadedSelector(DefaultDriverName, simnode.DefaultAFUID, ""), false},
+		{"AFU already loaded (AcceleratorFunction af mode)", controller.LoadedSelector(v1alpha1.DriverName, simnode.DefaultAFUID, ""), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -279,7 +280,7 @@ func TestKarpenterForm(t *testing.T) {
 		if d.Name != tmpl.Devices[i].Name {
 			t.Errorf("device %d is %s, want %s", i, d.Name, tmpl.Devices[i].Name)
 		}
-		if a := d.Attributes["fpga.example.com/"+draplugin.AttrInterfaceID]; a.StringValue == nil || *a.StringValue != simnode.DefaultInterfaceID {
+		if a := d.Attributes["fpga.example.com/"+deviceslice.AttrInterfaceID]; a.StringValue == nil || *a.StringValue != simnode.DefaultInterfaceID {
 			t.Errorf("device %s: interfaceID %v", d.Name, a.StringValue)
 		}
 	}

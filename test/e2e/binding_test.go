@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
@@ -199,9 +199,9 @@ func deletePod(t testing.TB, ns, name string) {
 }
 
 // nodeDevices lists the devices as the daemon's control socket shows them.
-func nodeDevices(t testing.TB) []control.Device {
+func nodeDevices(t testing.TB) []adminapi.Device {
 	t.Helper()
-	list, err := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock")).List(context.Background())
+	list, err := adminapi.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock")).List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/deviceplugin"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/test/e2e/localcluster"
@@ -452,7 +452,7 @@ func Test7DevicePluginMode(t *testing.T) {
 	if err := node.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ctl := control.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock"))
+	ctl := adminapi.NewClient(filepath.Join(cluster.KubeletRoot, "plugins", driverName, "control.sock"))
 	eventually(t, "the device-plugin hold released in DRA mode", 90*time.Second, func() bool {
 		list, err := ctl.List(ctx)
 		if err != nil {

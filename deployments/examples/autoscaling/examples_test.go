@@ -29,8 +29,8 @@ import (
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
-	"github.com/fpga-dra/fpga-dra-driver/internal/draplugin"
 	"github.com/fpga-dra/fpga-dra-driver/internal/schedulertest"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/deviceslice"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/slicetemplate"
@@ -39,7 +39,7 @@ import (
 var update = flag.Bool("update", false, "rewrite fpga-node-template.yaml from the template package")
 
 const (
-	driverName   = slicetemplate.DefaultDriverName
+	driverName   = v1alpha1.DriverName
 	templateFile = "fpga-node-template.yaml"
 )
 
@@ -149,9 +149,9 @@ func runningNodeSlices(t *testing.T) []*resourceapi.ResourceSlice {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devices := draplugin.Devices(res, draplugin.SliceOptions{DriverName: driverName, Programmable: true, Root: dir})
+	devices := deviceslice.Devices(res, deviceslice.Options{DriverName: driverName, Programmable: true, Root: dir})
 	var out []*resourceapi.ResourceSlice
-	for _, s := range draplugin.SliceObjects(driverName, "fpga-1", draplugin.Resources("fpga-1", devices)) {
+	for _, s := range deviceslice.SliceObjects(driverName, "fpga-1", deviceslice.Resources("fpga-1", devices)) {
 		out = append(out, &s)
 	}
 	return out

@@ -17,8 +17,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"k8s.io/klog/v2"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/atomicfile"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 )
 
 // cache is the content-addressed store behind a Puller:
@@ -114,10 +114,10 @@ func (c *cache) manifestPath(d digest.Digest) string {
 // lockDir takes the cache directory's lock, waiting while another process
 // holds it until ctx ends.
 func lockDir(ctx context.Context, logger klog.Logger, path string) (*os.File, error) {
-	f, err := filelock.Acquire(ctx, path, func() {
+	f, err := flock.Acquire(ctx, path, func() {
 		logger.Info("Waiting for another process to release the bitstream cache", "lock", path)
 	})
-	if errors.Is(err, filelock.ErrHeld) {
+	if errors.Is(err, flock.ErrHeld) {
 		return nil, fmt.Errorf("bitstream cache %s is in use by another process (it holds %s): stop it, or give each process its own --%s: %w",
 			filepath.Dir(path), path, FlagCacheDir, err)
 	}

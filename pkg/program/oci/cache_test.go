@@ -8,8 +8,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
 	"github.com/fpga-dra/fpga-dra-driver/internal/registrytest"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 )
 
 // threeLayers pushes three bitstreams of one size to a registry and opens
@@ -137,7 +137,7 @@ func TestCacheDirectoryLocked(t *testing.T) {
 	r := registrytest.Start(t, registrytest.Config{})
 	dir := t.TempDir()
 	newPuller(t, r, dir, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*filelock.Retry)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*flock.Retry)
 	defer cancel()
 	_, err := NewPuller(ctx, PullerOptions{Registry: registryOptions(r), CacheDir: dir})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {

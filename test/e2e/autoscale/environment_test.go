@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/internal/controller"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/slicetemplate"
@@ -25,7 +26,7 @@ import (
 )
 
 const (
-	driverName = slicetemplate.DefaultDriverName
+	driverName = v1alpha1.DriverName
 	// regionClass selects programmable regions with the simulated
 	// interface ID, as an FpgaRegion's DeviceClass does.
 	regionClass = "pac-a10-region"

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 )
 
 // ChartNamespace is where InstallChart installs the chart.
@@ -206,7 +206,7 @@ func (n *FPGANode) UpgradeChart(ctx context.Context, tag, values string) (wait f
 // (its control socket is on the host, below the kubelet's directory).
 func (ch *Chart) waitRegistered(ctx context.Context) error {
 	c := ch.c
-	ctl := control.NewClient(filepath.Join(c.KubeletRoot, "plugins", DriverName, "control.sock"))
+	ctl := adminapi.NewClient(filepath.Join(c.KubeletRoot, "plugins", DriverName, "control.sock"))
 	deadline := time.Now().Add(120 * time.Second)
 	for {
 		list, err := ctl.List(ctx)

@@ -14,14 +14,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
 )
 
 // DriverName is the DRA driver name the FPGA node runs with.
-const DriverName = "fpga.dra.dev"
+const DriverName = v1alpha1.DriverName
 
 // SlowAFUID is an AFU whose sample bitstream the simulated programmer
 // takes SlowProgramming to load: longer than the kubelet gives a prepare
@@ -148,7 +149,7 @@ func (n *FPGANode) Start(ctx context.Context) error {
 // registered asks the daemon's control socket whether the kubelet
 // registered it.
 func (n *FPGANode) registered(ctx context.Context) error {
-	list, err := control.NewClient(filepath.Join(n.c.KubeletRoot, "plugins", DriverName, "control.sock")).List(ctx)
+	list, err := adminapi.NewClient(filepath.Join(n.c.KubeletRoot, "plugins", DriverName, "control.sock")).List(ctx)
 	if err != nil {
 		return err
 	}

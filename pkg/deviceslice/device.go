@@ -1,4 +1,8 @@
-package draplugin
+// Package deviceslice turns a node's discovered FPGA ports into the DRA
+// devices the driver publishes, and those devices into ResourceSlices: the
+// one definition the kubelet plugin, the discover command and the
+// autoscalers' slice templates share.
+package deviceslice
 
 import (
 	"path/filepath"
@@ -6,9 +10,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -34,7 +36,7 @@ const TaintUnhealthy = "unhealthy"
 
 // TaintRenumbered is the key of the NoExecute taint of a device a running
 // container may reach by a device number it was given before the node's
-// cards were enumerated anew (SliceOptions.Renumbered), with the value
+// cards were enumerated anew (Options.Renumbered), with the value
 // TaintRenumberedValue: its pods are evicted, and no claim gets it, until
 // the claims concerned are unprepared.
 const (
@@ -42,8 +44,15 @@ const (
 	TaintRenumberedValue = "container-holds-stale-device-number"
 )
 
-// SliceOptions are the node-level facts that go into every device.
-type SliceOptions struct {
+// Condition types of a device programmed before binding: its binding
+// condition and binding failure condition, qualified by the driver name.
+const (
+	ConditionProgrammed        = "programmed"
+	ConditionProgrammingFailed = "programming-failed"
+)
+
+// Options are the node-level facts that go into every device.
+type Options struct {
 	DriverName string
 	// Programmable is false when the node forbids reprogramming.
 	Programmable bool
@@ -58,17 +67,17 @@ type SliceOptions struct {
 	// <driver>/programmed and the failure condition
 	// <driver>/programming-failed (the node programs before binding).
 	BindingConditions bool
-	// Quarantined devices carry the NoSchedule taint
+	// Quarantined devices (name to reason) carry the NoSchedule taint
 	// <driver>/programming-failed with the reason as value.
-	Quarantined map[string]quarantine
-	// Renumbered devices (ClaimPreparer.RenumberedDevices) carry the
-	// NoExecute taint <driver>/renumbered.
+	Quarantined map[string]string
+	// Renumbered devices (name to the holder that reaches it by an old
+	// device number) carry the NoExecute taint <driver>/renumbered.
 	Renumbered map[string]string
 }
 
 // Devices turns a discovery result into one DRA device per port, in card
 // and port order (the order is the allocator's preference).
-func Devices(res *discovery.Result, o SliceOptions) []resourceapi.Device {
+func Devices(res *discovery.Result, o Options) []resourceapi.Device {
 	var devices []resourceapi.Device
 	pcieRoots := map[string]*string{}
 	for _, c := range res.Cards {
@@ -79,12 +88,12 @@ func Devices(res *discovery.Result, o SliceOptions) []resourceapi.Device {
 	return devices
 }
 
-// deviceOf is the published device of one port.
-func deviceOf(c *discovery.Card, p *discovery.Port, o SliceOptions) resourceapi.Device {
+// Device is the published device of one port.
+func Device(c *discovery.Card, p *discovery.Port, o Options) resourceapi.Device {
 	return device(c, p, o, map[string]*string{})
 }
 
-func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[string]*string) resourceapi.Device {
+func device(c *discovery.Card, p *discovery.Port, o Options, pcieRoots map[string]*string) resourceapi.Device {
 	q := func(name string) resourceapi.QualifiedName {
 		return resourceapi.QualifiedName(o.DriverName + "/" + name)
 	}
@@ -152,8 +161,8 @@ func device(c *discovery.Card, p *discovery.Port, o SliceOptions, pcieRoots map[
 		d.BindingConditions = []string{qualified(o.DriverName, ConditionProgrammed)}
 		d.BindingFailureConditions = []string{qualified(o.DriverName, ConditionProgrammingFailed)}
 	}
-	if q, ok := o.Quarantined[d.Name]; ok {
-		d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: qualified(o.DriverName, ConditionProgrammingFailed), Value: q.reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	if reason, ok := o.Quarantined[d.Name]; ok {
+		d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: qualified(o.DriverName, ConditionProgrammingFailed), Value: reason, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 	}
 	if _, ok := o.Renumbered[d.Name]; ok {
 		d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: qualified(o.DriverName, TaintRenumbered), Value: TaintRenumberedValue, Effect: resourceapi.DeviceTaintEffectNoExecute})
@@ -183,47 +192,5 @@ func TaintValue(h discovery.Health) string {
 	return "unknown"
 }
 
-// Resources is what the driver publishes for a node: one pool named after
-// the node, one slice (up to the API's limit of devices a slice, more slices
-// beyond that), or no pool at all when there is no device. The limit is
-// lower (ResourceSliceMaxDevicesWithAdvancedFeatures) while a device
-// carries a taint: the API server refuses a larger slice then.
-func Resources(nodeName string, devices []resourceapi.Device) resourceslice.DriverResources {
-	perSlice := resourceapi.ResourceSliceMaxDevices
-	if slices.ContainsFunc(devices, func(d resourceapi.Device) bool { return len(d.Taints) > 0 }) {
-		perSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
-	}
-	var out []resourceslice.Slice
-	for len(devices) > 0 {
-		n := min(len(devices), perSlice)
-		out = append(out, resourceslice.Slice{Devices: devices[:n]})
-		devices = devices[n:]
-	}
-	if out == nil {
-		// Nothing to offer: publish no pool, which removes stale slices.
-		return resourceslice.DriverResources{}
-	}
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{nodeName: {Slices: out}}}
-}
-
-// SliceObjects renders what Resources publishes as ResourceSlice objects,
-// the way the kubeletplugin helper's controller writes them (names are
-// generated by the API server; here they carry the generateName prefix).
-func SliceObjects(driverName, nodeName string, res resourceslice.DriverResources) []resourceapi.ResourceSlice {
-	var out []resourceapi.ResourceSlice
-	for poolName, pool := range res.Pools {
-		for _, s := range pool.Slices {
-			out = append(out, resourceapi.ResourceSlice{
-				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-				ObjectMeta: metav1.ObjectMeta{GenerateName: nodeName + "-" + driverName + "-"},
-				Spec: resourceapi.ResourceSliceSpec{
-					Driver:   driverName,
-					NodeName: ptr.To(nodeName),
-					Pool:     resourceapi.ResourcePool{Name: poolName, Generation: pool.Generation, ResourceSliceCount: int64(len(pool.Slices))},
-					Devices:  s.Devices,
-				},
-			})
-		}
-	}
-	return out
-}
+// qualified is a condition or taint key qualified by the driver name.
+func qualified(driverName, name string) string { return driverName + "/" + name }

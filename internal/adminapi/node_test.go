@@ -1,4 +1,4 @@
-package control_test
+package adminapi_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/control"
+	"github.com/fpga-dra/fpga-dra-driver/internal/adminapi"
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
@@ -39,7 +39,7 @@ type testNode struct {
 	sim     *simnode.Node
 	state   *state.State
 	prog    *program.SimProgrammer
-	client  *control.Client
+	client  *adminapi.Client
 	devices func() *discovery.Result
 }
 
@@ -76,7 +76,7 @@ func startNode(t *testing.T) *testNode {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	path := filepath.Join(dir, "control.sock")
-	srv, err := control.Listen(ctx, path, &control.Node{
+	srv, err := adminapi.Listen(ctx, path, &adminapi.Node{
 		State:      n.state,
 		Devices:    n.devices,
 		MayProgram: func(h types.UID) bool { return h == regionHolder },
@@ -92,7 +92,7 @@ func startNode(t *testing.T) *testNode {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	n.client = control.NewClient(path)
+	n.client = adminapi.NewClient(path)
 	return n
 }
 
@@ -106,7 +106,7 @@ func ctxTimeout(t *testing.T) context.Context {
 // the repository by IDs, and the hold's record carries the new AFU.
 func TestProgramRegionHolder(t *testing.T) {
 	n := startNode(t)
-	resp, err := n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
+	resp, err := n.client.Program(ctxTimeout(t), adminapi.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
 	if err != nil {
 		t.Fatalf("Program: %v", err)
 	}
@@ -123,7 +123,7 @@ func TestProgramRegionHolder(t *testing.T) {
 	}
 	// Loaded already: nothing to do, by any of the port's names.
 	for _, name := range []string{"dfl-port.0", port0, "dfl-fme.0"} {
-		resp, err = n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: name, InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
+		resp, err = n.client.Program(ctxTimeout(t), adminapi.ProgramRequest{Device: name, InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
 		if err != nil || resp.Programmed {
 			t.Errorf("Program(%s) again = %+v, %v; want nothing programmed", name, resp, err)
 		}
@@ -140,18 +140,18 @@ func TestProgramRefused(t *testing.T) {
 	const otherIf = "0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
 		name   string
-		req    control.ProgramRequest
+		req    adminapi.ProgramRequest
 		status int
 	}{
-		{"mismatched interface", control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: otherIf, AFUID: newAFU}, http.StatusConflict},
-		{"af-mode holder", control.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU}, http.StatusForbidden},
-		{"unknown device", control.ProgramRequest{Device: "/dev/dfl-port.9", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU}, http.StatusNotFound},
-		{"bad AFU ID", control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: "../../etc/passwd"}, http.StatusBadRequest},
-		{"AFU not in the repository", control.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: "00112233445566778899aabbccddeeff"}, http.StatusNotFound},
+		{"mismatched interface", adminapi.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: otherIf, AFUID: newAFU}, http.StatusConflict},
+		{"af-mode holder", adminapi.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU}, http.StatusForbidden},
+		{"unknown device", adminapi.ProgramRequest{Device: "/dev/dfl-port.9", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU}, http.StatusNotFound},
+		{"bad AFU ID", adminapi.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: "../../etc/passwd"}, http.StatusBadRequest},
+		{"AFU not in the repository", adminapi.ProgramRequest{Device: "/dev/dfl-port.0", InterfaceID: simnode.DefaultInterfaceID, AFUID: "00112233445566778899aabbccddeeff"}, http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := n.client.Program(ctxTimeout(t), tc.req)
-			var e *control.Error
+			var e *adminapi.Error
 			if !errors.As(err, &e) || e.Status != tc.status {
 				t.Fatalf("Program = %v, want status %d", err, tc.status)
 			}
@@ -162,8 +162,8 @@ func TestProgramRefused(t *testing.T) {
 	if err := n.state.Unprepare(context.Background(), afHolder); err != nil {
 		t.Fatal(err)
 	}
-	_, err := n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: "dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
-	if e := (*control.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusForbidden {
+	_, err := n.client.Program(ctxTimeout(t), adminapi.ProgramRequest{Device: "dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU})
+	if e := (*adminapi.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusForbidden {
 		t.Errorf("Program of a free port = %v, want 403", err)
 	}
 	if got := n.prog.TotalCalls(); got != 0 {
@@ -208,7 +208,7 @@ func TestSocketMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	srv, err := control.Listen(ctx, path, &control.Node{})
+	srv, err := adminapi.Listen(ctx, path, &adminapi.Node{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +216,8 @@ func TestSocketMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != control.SocketMode {
-		t.Errorf("socket mode %v, want a socket with %v", fi.Mode(), control.SocketMode)
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != adminapi.SocketMode {
+		t.Errorf("socket mode %v, want a socket with %v", fi.Mode(), adminapi.SocketMode)
 	}
 	// Nothing of the private directory it was bound in is left.
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 {
@@ -237,9 +237,9 @@ func TestSocketMode(t *testing.T) {
 // daemon; a held port is refused; the port is free again afterwards.
 func TestAdminProgram(t *testing.T) {
 	n := startNode(t)
-	held := control.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU, Admin: true}
+	held := adminapi.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU, Admin: true}
 	_, err := n.client.Program(ctxTimeout(t), held)
-	if e := (*control.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusForbidden || !strings.Contains(e.Message, string(afHolder)) {
+	if e := (*adminapi.Error)(nil); !errors.As(err, &e) || e.Status != http.StatusForbidden || !strings.Contains(e.Message, string(afHolder)) {
 		t.Fatalf("admin Program of a held port = %v, want 403 naming the holder", err)
 	}
 	if err := n.state.Unprepare(context.Background(), afHolder); err != nil {
@@ -278,7 +278,7 @@ func TestReleaseAdminHolds(t *testing.T) {
 		}
 	}
 	restarted := testnode.New(t, testnode.Options{Restart: tn})
-	if err := control.ReleaseAdminHolds(restarted.Ctx, restarted.State); err != nil {
+	if err := adminapi.ReleaseAdminHolds(restarted.Ctx, restarted.State); err != nil {
 		t.Fatal(err)
 	}
 	holders := restarted.State.Holders()
@@ -305,14 +305,14 @@ func TestAdminProgramTwiceAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := n.prog.TotalCalls()
-		var resps [2]control.ProgramResponse
+		var resps [2]adminapi.ProgramResponse
 		var errs [2]error
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for k := range 2 {
 			wg.Go(func() {
 				<-start
-				resps[k], errs[k] = n.client.Program(ctxTimeout(t), control.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: afus[k], Admin: true})
+				resps[k], errs[k] = n.client.Program(ctxTimeout(t), adminapi.ProgramRequest{Device: "/dev/dfl-port.1", InterfaceID: simnode.DefaultInterfaceID, AFUID: afus[k], Admin: true})
 			})
 		}
 		close(start)
@@ -349,12 +349,12 @@ func TestAdminHoldEndsWithItsProgramming(t *testing.T) {
 	tn := testnode.New(t, testnode.Options{Sim: simnode.Options{Cards: 1}, Programmer: sim, Backend: testnode.Stubborn{SimProgrammer: sim},
 		PrepareWait: 20 * time.Millisecond, ReleaseWait: 20 * time.Millisecond})
 	devices := func() *discovery.Result { return tn.Devices(t) }
-	node := &control.Node{State: tn.State, Devices: devices}
+	node := &adminapi.Node{State: tn.State, Devices: devices}
 	dev := devices().Ports()[0]
 	reqCtx, hangUp := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := node.Program(reqCtx, control.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU, Admin: true})
+		_, err := node.Program(reqCtx, adminapi.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: newAFU, Admin: true})
 		done <- err
 	}()
 	<-started
@@ -372,7 +372,7 @@ func TestAdminHoldEndsWithItsProgramming(t *testing.T) {
 			t.Fatalf("port %s is still held by %s 20 s after its admin programming ended", dev.DeviceName(), h)
 		}
 	}
-	if _, err := node.Program(ctx, control.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: testnode.SecondAFU, Admin: true}); err != nil {
+	if _, err := node.Program(ctx, adminapi.ProgramRequest{Device: dev.Node.Path, InterfaceID: simnode.DefaultInterfaceID, AFUID: testnode.SecondAFU, Admin: true}); err != nil {
 		t.Fatalf("the next admin programming of the released port: %v", err)
 	}
 }
@@ -396,7 +396,7 @@ func TestListenLongPath(t *testing.T) {
 		t.Fatalf("path length %d", len(path))
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	srv, err := control.Listen(ctx, path, &control.Node{})
+	srv, err := adminapi.Listen(ctx, path, &adminapi.Node{})
 	if err != nil {
 		t.Fatalf("Listen on a %d-byte path: %v", len(path), err)
 	}

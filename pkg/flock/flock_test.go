@@ -1,4 +1,4 @@
-package filelock_test
+package flock_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fpga-dra/fpga-dra-driver/internal/filelock"
+	"github.com/fpga-dra/fpga-dra-driver/pkg/flock"
 )
 
 // TestMain lets the test binary hold a lock as another process: flock(2)
@@ -16,7 +16,7 @@ import (
 // as another process's do, so the contender is a real child.
 func TestMain(m *testing.M) {
 	if path := os.Getenv("FILELOCK_HOLD"); path != "" {
-		f, err := filelock.Acquire(context.Background(), path, nil)
+		f, err := flock.Acquire(context.Background(), path, nil)
 		if err != nil {
 			os.Exit(2)
 		}
@@ -54,12 +54,12 @@ func TestAnotherProcessWaitsUntilTheHolderEnds(t *testing.T) {
 	waited := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := filelock.Acquire(ctx, path, func() { close(waited) })
+		_, err := flock.Acquire(ctx, path, func() { close(waited) })
 		done <- err
 	}()
 	<-waited
 	cancel()
-	if err := <-done; !errors.Is(err, filelock.ErrHeld) || !errors.Is(err, context.Canceled) {
+	if err := <-done; !errors.Is(err, flock.ErrHeld) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: got %v, want ErrHeld and context.Canceled", err)
 	}
 
@@ -67,7 +67,7 @@ func TestAnotherProcessWaitsUntilTheHolderEnds(t *testing.T) {
 	got := make(chan error, 1)
 	waiting := make(chan struct{})
 	go func() {
-		f, err := filelock.Acquire(context.Background(), path, func() { close(waiting) })
+		f, err := flock.Acquire(context.Background(), path, func() { close(waiting) })
 		if err == nil {
 			f.Close()
 		}
@@ -90,18 +90,18 @@ func TestAnotherProcessWaitsUntilTheHolderEnds(t *testing.T) {
 // no longer at the path: the third still holds the lock there.
 func TestWaiterOnAReplacedFileWaitsForTheNewHolder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.lock")
-	first, err := filelock.Acquire(context.Background(), path, nil)
+	first, err := flock.Acquire(context.Background(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A bound, not a synchronisation: the waiter retries every
-	// filelock.Retry and must still be waiting when it ends.
-	ctx, cancel := context.WithTimeout(context.Background(), 8*filelock.Retry)
+	// flock.Retry and must still be waiting when it ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*flock.Retry)
 	defer cancel()
 	waiting := make(chan struct{})
 	got := make(chan error, 1)
 	go func() {
-		f, err := filelock.Acquire(ctx, path, func() { close(waiting) })
+		f, err := flock.Acquire(ctx, path, func() { close(waiting) })
 		if err == nil {
 			f.Close()
 		}
@@ -111,13 +111,13 @@ func TestWaiterOnAReplacedFileWaitsForTheNewHolder(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	third, err := filelock.Acquire(context.Background(), path, nil)
+	third, err := flock.Acquire(context.Background(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer third.Close()
 	first.Close()
-	if err := <-got; !errors.Is(err, filelock.ErrHeld) {
+	if err := <-got; !errors.Is(err, flock.ErrHeld) {
 		t.Fatalf("waiter once the first holder ended, while a third holds the lock file at the path: %v, want ErrHeld", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package control is the node daemon's local control socket: a small
+// Package adminapi is the node daemon's local control socket: a small
 // HTTP/JSON API on a unix socket (mode 0600, so root only) through which
 // the programming hook asks the daemon to program a region, and through
 // which an admin can list the node's devices, their health and who holds
@@ -10,7 +10,7 @@
 //
 // Errors come back as a non-2xx status with an ErrorResponse body; the
 // Client turns them into *Error.
-package control
+package adminapi
 
 // API paths.
 const (

@@ -1,8 +1,8 @@
-// Package filelock takes exclusive locks on files that hold between
+// Package flock takes exclusive locks on files that hold between
 // processes (flock(2)): one process at a time uses what the file guards,
 // and the kernel releases the lock when that process ends, however it
 // ends.
-package filelock
+package flock
 
 import (
 	"context"
