@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/renumber"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -56,7 +57,7 @@ func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs
 	}
 	written, known := s.specs.written[h.UID]
 	s.mu.Unlock()
-	granted := nodeList(written)
+	granted := renumber.List(written)
 	if !known {
 		// Not written by this process (its write at Restore failed):
 		// the spec on the disk is what containers were given.

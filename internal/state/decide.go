@@ -13,47 +13,37 @@ import (
 
 // deviceFacts is what the decision for one device of a holder depends on.
 type deviceFacts struct {
-	// Device is the device's name, for messages.
 	Device string
-	// HeldBy names another holder of the device ("" when free or held by
-	// the deciding holder); Releasing says that holder is being released.
+	// HeldBy names another holder of the device ("" when none);
+	// Releasing says that holder is being released.
 	HeldBy    string
 	Releasing bool
-	// InterfaceIDs are the interface IDs the region accepts
-	// (discovery.Card.Interfaces), LoadedAFU the AFU sysfs
-	// shows behind it, LoadedSHA the digest of the file this driver last
-	// loaded there, LoadedRef the OCI reference it came from and
-	// LoadedLayer that reference's layer in the OCI cache ("" when
-	// unknown).
+	// InterfaceIDs are those the region accepts, LoadedAFU the AFU sysfs
+	// shows, LoadedSHA, LoadedRef and LoadedLayer the digest, OCI
+	// reference and cached layer of the file this driver last loaded
+	// there ("" when unknown).
 	InterfaceIDs []string
 	LoadedAFU    string
 	LoadedSHA    string
 	LoadedRef    string
 	LoadedLayer  string
-	// Rebooted: the node rebooted since the holder's record was written;
-	// ProgrammedBefore: that record says this driver programmed the
-	// region for the holder (so the reboot erased it). ProgrammedForBinding:
-	// the region was programmed for the holder before its pod was bound,
-	// in this boot, and carries what the record says.
+	// Rebooted: since the holder's record was written; ProgrammedBefore:
+	// the record says this driver programmed the region;
+	// ProgrammedForBinding: it did so before binding, in this boot, and
+	// the region carries what the record says.
 	Rebooted             bool
 	ProgrammedBefore     bool
 	ProgrammedForBinding bool
-	// Programmable: the node allows programming; HaveProgrammer: a
-	// programmer is configured.
-	Programmable   bool
-	HaveProgrammer bool
+	Programmable         bool
+	HaveProgrammer       bool
 }
 
 // devicePlan is what decideDevice chose for one device.
 type devicePlan struct {
-	// Program says a job must program the region.
-	Program bool
-	// AFU is the accelerator function the device carries once prepared.
-	AFU string
-	// Bitstream, SHA256 and Layer describe the file from the config's OCI
-	// reference that the region carries already, when it needs no
-	// programming: the record keeps them and the holder holds Layer in
-	// the OCI cache, as after a job that pulled it.
+	Program bool   // a job must program the region
+	AFU     string // the AFU the device carries once prepared
+	// Bitstream, SHA256 and Layer describe the file of the config's OCI
+	// reference the region carries already, when it needs no programming.
 	Bitstream, SHA256, Layer string
 }
 
@@ -104,10 +94,6 @@ func decideDevice(cfg *v1alpha1.FpgaConfig, f deviceFacts) (devicePlan, error) {
 	case v1alpha1.ProgrammingAlways:
 		p.Program = true
 	default: // IfNeeded
-		// With a pinned digest, "already loaded" means that very file was
-		// loaded here; a region loaded from elsewhere is programmed (and
-		// the pin checked). After a reboot the region lost what this
-		// driver loaded for the holder, whatever the record says.
 		p.Program = f.LoadedAFU != cfg.AFUID ||
 			(cfg.SHA256 != "" && f.LoadedSHA != cfg.SHA256) ||
 			(cfg.BitstreamRef != "" && f.LoadedRef != cfg.BitstreamRef) ||
@@ -138,10 +124,8 @@ type plan struct {
 	card *discovery.Card
 	port *discovery.Port
 	devicePlan
-	job *job
-	// before is the device's record from the prepare before binding
-	// whose load the plan keeps instead of programming (nil otherwise).
-	before *DeviceRecord
+	job    *job
+	before *DeviceRecord // the record before binding whose load it keeps
 }
 
 // facts gathers the decision's input for one device of holder h, on a
@@ -151,17 +135,13 @@ func (s *State) facts(h types.UID, device string, card *discovery.Card, port *di
 	seen := card.ReadAt()
 	switch l, ok := s.regions.loaded[device]; {
 	case !ok:
-	case seen.IsZero() || seen.Before(l.at):
-		// What this process loaded is newer than a pass that began
-		// before the load ended.
+	case seen.IsZero() || seen.Before(l.at): // the pass predates the load
 		loadedAFU, loadedSHA, loadedRef, loadedLayer = l.afu, l.sha256, l.reference, l.layer
 	case port.AFUID == l.afu:
 		loadedSHA, loadedRef, loadedLayer = l.sha256, l.reference, l.layer
 	default:
-		// A later pass reads another AFU: the region was reset or
-		// programmed outside this driver since, and the file this
-		// process loaded is gone; the OCI cache no longer keeps it for
-		// the region.
+		// Reset or programmed outside this driver since: the OCI cache
+		// no longer keeps the file for the region.
 		if s.cfg.Registry != nil {
 			_ = s.cfg.Registry.Carry(device, "") // "" always parses
 		}

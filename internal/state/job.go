@@ -12,9 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
+	"github.com/fpga-dra/fpga-dra-driver/internal/bitstream"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/program"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/program/oci"
 )
 
 // errReleased is the outcome of a job whose holder was released before
@@ -80,10 +80,6 @@ func (s *State) abandonJobs(jobs []*job, err error) {
 		close(j.done)
 	}
 }
-
-// hasJobs reports whether a programming job for uid is in flight. Caller
-// holds mu.
-func (s *State) hasJobs(uid types.UID) bool { return s.jobOf(uid) != nil }
 
 // jobOf returns a programming job in flight for uid, or nil. Caller holds
 // mu.
@@ -163,7 +159,9 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 		res.Duration = time.Since(start)
 		return res
 	}
-	bs, err := s.bitstream(ctx, holder, cfg, card, &res)
+	finder := bitstream.Finder{Repository: s.cfg.Repository, Registry: s.cfg.Registry, RegistryUnavailable: s.cfg.RegistryUnavailable}
+	bs, name, layer, err := finder.Find(ctx, string(holder), cfg, card)
+	res.Bitstream, res.LayerDigest = name, layer
 	if err != nil {
 		return fail(err)
 	}
@@ -195,65 +193,6 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	res.SHA256 = loaded.SHA256
 	res.Duration = time.Since(start)
 	return res
-}
-
-// bitstream finds the file cfg asks for, for card's region, and notes in
-// res where it came from.
-func (s *State) bitstream(ctx context.Context, holder types.UID, cfg *v1alpha1.FpgaConfig, card *discovery.Card, res *Programming) (*program.Bitstream, error) {
-	// The interfaces a bitstream may be built for: the config's when it
-	// names one (decideDevice checked the region accepts it), else any the
-	// region accepts.
-	interfaces := card.Interfaces()
-	if cfg.InterfaceID != "" {
-		interfaces = []string{cfg.InterfaceID}
-	}
-	if cfg.BitstreamRef != "" {
-		res.Bitstream = cfg.BitstreamRef
-		if s.cfg.Registry == nil {
-			why := s.cfg.RegistryUnavailable
-			if why == "" {
-				why = "no bitstream cache is configured"
-			}
-			return nil, fmt.Errorf("%w: the config names %s in a registry, but this node pulls no bitstreams from registries: %s; fix that, or use a bitstream from the node's repository", program.ErrNotFound, cfg.BitstreamRef, why)
-		}
-		f, err := s.cfg.Registry.Fetch(ctx, cfg.BitstreamRef, oci.FetchOptions{
-			Holder: string(holder), AFUID: cfg.AFUID, InterfaceIDs: interfaces, SHA256: cfg.SHA256,
-		})
-		if err != nil {
-			return nil, err
-		}
-		res.LayerDigest = f.LayerDigest
-		return f.Bitstream, nil
-	}
-	if s.cfg.Repository == nil {
-		return nil, fmt.Errorf("%w: no bitstream repository is configured on this node", program.ErrNotFound)
-	}
-	var bs *program.Bitstream
-	var err error
-	if cfg.Bitstream != "" {
-		// Load checks the format against the card's family, then the
-		// interface: a file of the other family is a format mismatch.
-		bs, err = s.cfg.Repository.FindByName(cfg.Bitstream, "")
-		switch {
-		case err != nil:
-		case bs.AFUID != cfg.AFUID:
-			err = fmt.Errorf("%w: bitstream %s carries AFU %s, not the config's afuID %s", program.ErrInvalidBitstream, cfg.Bitstream, bs.AFUID, cfg.AFUID)
-		case cfg.InterfaceID != "" && bs.InterfaceID != cfg.InterfaceID && card.Accepts(bs.InterfaceID):
-			// A region that accepts several interfaces takes a file
-			// built for another of them; the config's interfaceID says
-			// which, as a lookup by IDs or in a registry does. (A file
-			// the region does not accept at all is Load's to refuse,
-			// its format first.)
-			err = fmt.Errorf("%w: bitstream %s is built for interface %s, but the config asks for interface %s: name a build for %s or drop interfaceID from the config", program.ErrInterfaceMismatch, cfg.Bitstream, bs.InterfaceID, cfg.InterfaceID, cfg.InterfaceID)
-		}
-	} else {
-		bs, err = s.cfg.Repository.FindFor(interfaces, cfg.AFUID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	res.Bitstream = bs.Path
-	return bs, nil
 }
 
 // loadedFile is what a job loaded into a region: reference and layer

@@ -171,7 +171,7 @@ func (s *State) changed(uid types.UID) {
 // forgetVersion drops uid's Version once nothing of uid is left: no
 // record, no operation, no job. Caller holds mu.
 func (s *State) forgetVersion(uid types.UID) {
-	if _, recorded := s.book.cp.Claims[string(uid)]; !recorded && s.ops.active[uid] == nil && !s.hasJobs(uid) {
+	if _, recorded := s.book.cp.Claims[string(uid)]; !recorded && s.ops.active[uid] == nil && s.jobOf(uid) == nil {
 		delete(s.ops.versions, uid)
 	}
 }

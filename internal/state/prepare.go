@@ -22,40 +22,31 @@ type prepareOptions struct {
 }
 
 // BeforeBinding makes the prepare program what its devices need and
-// record the holder as PhaseProgrammed, without a CDI spec: the work of a
-// claim allocated with binding conditions, before its pod is bound. The
-// kubelet's prepare of the claim later finds the regions programmed and
-// only writes the CDI spec. Outcome.Devices is empty.
+// record the holder as PhaseProgrammed, without a CDI spec (a claim with
+// binding conditions, before its pod is bound). Outcome.Devices is empty.
 func BeforeBinding() PrepareOption {
 	return func(o *prepareOptions) { o.beforeBinding = true }
 }
 
 // Supersede lets the prepare take devices from other holders for which
-// may returns true (the legacy endpoint's earlier allocations: the kubelet
-// only hands a device out again once its container ended): they are
-// released in the same commit, their CDI specs removed. A holder with an
+// may returns true, releasing them in the same commit; a holder with an
 // operation or programming in flight is never superseded.
 func Supersede(may func(types.UID) bool) PrepareOption {
 	return func(o *prepareOptions) { o.supersede = may }
 }
 
 // Rebuild makes a prepare of a completed holder decide again and rewrite
-// its record and CDI spec, e.g. because the AFU it recorded is no longer
-// loaded.
+// its record and CDI spec.
 func Rebuild() PrepareOption {
 	return func(o *prepareOptions) { o.rebuild = true }
 }
 
-// Prepare prepares a holder's devices. It is idempotent: a completed
-// holder gets the same CDI devices again without reprogramming (unless the
-// node rebooted since), and calls for one holder racing each other get one
-// answer; a prepare without BeforeBinding that meets the holder's
-// programming before binding waits for it and then prepares. A device
-// another holder holds is refused with ErrDeviceHeld, whatever the
-// scheduler decided; of racing prepares of different holders for one
-// device exactly one wins. When programming outlasts PrepareWait,
-// Prepare returns an error wrapping ErrInProgress and programming goes on;
-// a later call returns its result.
+// Prepare prepares a holder's devices. It is idempotent (a completed
+// holder gets the same CDI devices again) and racing calls for one holder
+// get one answer. A device another holder holds is refused with
+// ErrDeviceHeld. When programming outlasts PrepareWait, Prepare returns an
+// error wrapping ErrInProgress and programming goes on; a later call
+// returns its result.
 func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, devs *discovery.Result, opts ...PrepareOption) (Outcome, error) {
 	o := prepareOptions{supersede: func(types.UID) bool { return false }}
 	for _, f := range opts {
@@ -68,8 +59,6 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		var hook *hookJobError
 		switch {
 		case errors.As(err, &hook) && !waited:
-			// The hook's job on the holder's device: wait for it as an
-			// answered prepare does (awaitHolderJobs), then decide anew.
 			if werr := s.awaitHolderJobs(ctx, h.UID); werr != nil {
 				return Outcome{Programmed: before}, werr
 			}
@@ -82,7 +71,6 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 			out.Programmed = before
 			return out, err
 		case plans != nil && len(op.jobs) == 0:
-			// Nothing to program: no reason to leave the caller.
 			s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
 		case plans != nil:
 			go s.runPrepare(klog.FromContext(ctx), op, plans, superseded, devs)
@@ -92,18 +80,15 @@ func (s *State) Prepare(ctx context.Context, h Holder, reqs []DeviceRequest, dev
 		if err != nil || !op.beforeBinding || o.beforeBinding {
 			return out, err
 		}
-		// The kubelet's prepare joined the programming before binding,
-		// which hands out no devices: now that it ended, prepare on
-		// its record.
+		// Joined a prepare before binding, which hands out no devices:
+		// now prepare on its record.
 		before = out.Programmed
 	}
 }
 
 // decidePrepare is Prepare's critical section: it joins the holder's
-// operation in flight, or starts one that answers from a completed record
-// (completed), or checks that every device is free, decides what each
-// needs and reserves them all for the holder in a new operation. plans is
-// nil unless a new operation that prepares was created.
+// operation, starts one that answers from its completed record, or
+// reserves every device for the holder in a new operation with plans.
 func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Result, o prepareOptions) (*op, *ClaimRecord, []*plan, []types.UID, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,23 +105,16 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 	rebooted := rec != nil && rec.BootID != s.bootID
 	switch {
 	case rec == nil || rebooted || o.rebuild || !sameDevices(rec, reqs):
-	case !s.holdsRecord(h.UID, rec):
-		// Being superseded: another holder's prepare reserved its
-		// devices; deciding anew refuses them, naming that holder.
+	case !s.holdsRecord(h.UID, rec): // being superseded: deciding anew refuses
 	case rec.Phase == PhaseCompleted, rec.Phase == PhaseProgrammed && o.beforeBinding:
-		// Answered from the record, in an operation of its own: a
-		// release waits for it, and no prepare supersedes the holder,
-		// while it rewrites the CDI spec.
 		return s.newOp(h, func(error) {}, o), rec.Clone(), nil, nil, nil
 	}
 	plans, superseded, err := s.planDevices(h, reqs, devs, rec, o)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	// A stopping daemon does not cut programming in flight short (a
-	// region left half programmed for the next process): jobs outlive
-	// s.ctx, WaitIdle waits for them, and runJob starts none once s.ctx
-	// has ended.
+	// Jobs outlive s.ctx (WaitIdle waits for them): no region is left
+	// half programmed.
 	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(s.ctx))
 	op := s.newOp(h, cancel, o)
 	for _, p := range plans {
@@ -156,7 +134,7 @@ func (s *State) decidePrepare(h Holder, reqs []DeviceRequest, devs *discovery.Re
 func (s *State) planDevices(h Holder, reqs []DeviceRequest, devs *discovery.Result, rec *ClaimRecord, o prepareOptions) ([]*plan, []types.UID, error) {
 	var superseded []types.UID
 	may := func(other types.UID) bool {
-		if other == h.UID || !o.supersede(other) || s.ops.active[other] != nil || s.ops.releasing[other] || s.hasJobs(other) {
+		if other == h.UID || !o.supersede(other) || s.ops.active[other] != nil || s.ops.releasing[other] || s.jobOf(other) != nil {
 			return false
 		}
 		if !slices.Contains(superseded, other) {
@@ -167,10 +145,7 @@ func (s *State) planDevices(h Holder, reqs []DeviceRequest, devs *discovery.Resu
 	plans := make([]*plan, 0, len(reqs))
 	for _, r := range reqs {
 		if j := s.regions.jobs[r.Device]; j != nil && j.holder == h.UID {
-			// One job per region (the hook's, ProgramHeld, is no
-			// operation to join): a second would not be seen by a
-			// release, WaitIdle or CancelJobs. Another holder's job
-			// is refused below as its hold.
+			// ProgramHeld's job: one job per region.
 			return nil, nil, &hookJobError{j.busy("prepare again once that has ended")}
 		}
 		card, port, ok := devs.FindPort(r.Device)
@@ -184,8 +159,8 @@ func (s *State) planDevices(h Holder, reqs []DeviceRequest, devs *discovery.Resu
 		}
 		pl := &plan{req: r, card: card, port: port, devicePlan: p}
 		if f.ProgrammedForBinding && !p.Program {
-			// Loaded before binding, maybe by a process that allowed
-			// more registries: the claim gets it only from an allowed one.
+			// Loaded before binding, maybe from a registry no longer
+			// allowed.
 			if r.Config != nil && r.Config.BitstreamRef != "" && s.cfg.Registry != nil {
 				if err := s.cfg.Registry.CheckAllowed(r.Config.BitstreamRef); err != nil {
 					return nil, nil, fmt.Errorf("device %s: %w", r.Device, err)

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/renumber"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
@@ -19,10 +20,10 @@ type refreshWork struct {
 // rewrites it. Caller holds mu.
 func (s *State) staleSpec(u types.UID) *refreshWork {
 	rec := s.book.cp.Claims[string(u)]
-	if s.ctx.Err() != nil || s.draining || s.specs.devs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops.active[u] != nil || s.ops.releasing[u] || s.hasJobs(u) || !s.holdsRecord(u, rec) {
+	if s.ctx.Err() != nil || s.draining || s.specs.devs == nil || rec == nil || rec.Phase != PhaseCompleted || s.ops.active[u] != nil || s.ops.releasing[u] || s.jobOf(u) != nil || !s.holdsRecord(u, rec) {
 		return nil
 	}
-	sig, ok := nodesOf(s.specs.nodes, rec.Devices)
+	sig, ok := renumber.Of(s.specs.nodes, deviceNames(rec.Devices))
 	if w, known := s.specs.written[u]; !ok || (known && w == sig) {
 		return nil
 	}
@@ -67,7 +68,7 @@ func (s *State) rewrite(todo []*refreshWork, devs *discovery.Result) error {
 // busy with an operation or a programming job is rewritten when that
 // ends. A result older than one seen before is ignored.
 func (s *State) RefreshSpecs(devs *discovery.Result) error {
-	now := nodesIn(devs)
+	now := renumber.ByDevice(devs)
 	s.mu.Lock()
 	if s.specs.devs != nil && devs.Started.Before(s.specs.devs.Started) {
 		s.mu.Unlock()

@@ -3,65 +3,21 @@ package state
 import (
 	"errors"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/checkpoint"
+	"github.com/fpga-dra/fpga-dra-driver/internal/renumber"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// gone sorts what of granted (nodes a container may have been given) recs'
-// ports do not have in devs: stale are nodes whose path or number another
-// port has now (a container reaches that port, or through it, by them);
-// vanished are nodes no port has (a scan that missed one, or a number that
-// may come back on another port: checkVanished). ok is false when a port
-// of recs is missing from devs (its card left out of the pass), which
-// tells nothing.
-func gone(granted []string, recs []DeviceRecord, devs *discovery.Result) (stale, vanished []string, ok bool) {
-	have, own := map[string]bool{}, map[string]bool{}
-	for _, d := range recs {
-		_, p, found := devs.FindPort(d.Device)
-		if !found {
-			return nil, nil, false
-		}
-		for _, n := range nodeList(portNodes(p)) {
-			have[n] = true
-			// A container reaches a device by its number: one of the
-			// holder's own ports' numbers reaches nothing of another.
-			own[nodeNumber(n)] = true
-		}
-	}
-	paths, numbers := map[string]bool{}, map[string]bool{}
-	for _, c := range devs.Cards {
-		for _, p := range c.Ports {
-			for _, n := range nodeList(portNodes(p)) {
-				path, number := splitNode(n)
-				paths[path], numbers[number] = true, true
-			}
-		}
-	}
-	for _, n := range granted {
-		path, number := splitNode(n)
-		if have[n] || own[number] || slices.Contains(stale, n) || slices.Contains(vanished, n) {
-			continue
-		}
-		if paths[path] || numbers[number] {
-			stale = append(stale, n)
-		} else {
-			vanished = append(vanished, n)
-		}
-	}
-	return stale, vanished, true
-}
-
 // noteGone records what of granted h's devices no longer have in devs
-// (gone): stale nodes in its record (noteRenumbered), vanished ones for
+// (renumber.Gone): stale nodes in its record (noteRenumbered), vanished ones for
 // checkVanished. It must run before a spec without them replaces the one
 // that gave them.
 func (s *State) noteGone(logger klog.Logger, h Holder, granted []string, recs []DeviceRecord, devs *discovery.Result) error {
-	stale, vanished, ok := gone(granted, recs, devs)
+	stale, vanished, ok := renumber.Gone(granted, deviceNames(recs), devs)
 	if !ok {
 		return nil
 	}
@@ -94,7 +50,7 @@ func (s *State) checkVanished(logger klog.Logger, devs *discovery.Result) error 
 			delete(s.specs.vanished, uid)
 			continue
 		}
-		stale, vanished, ok := gone(nodes, rec.Devices, devs)
+		stale, vanished, ok := renumber.Gone(nodes, deviceNames(rec.Devices), devs)
 		if !ok {
 			continue
 		}
@@ -144,20 +100,6 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 	return err
 }
 
-// nodeNumber is the device number ("major:minor") of a node described by
-// cdi.NodeString.
-func nodeNumber(node string) string {
-	_, number := splitNode(node)
-	return number
-}
-
-// splitNode splits a node described by cdi.NodeString into its path and
-// its device number ("major:minor").
-func splitNode(node string) (path, number string) {
-	i := strings.LastIndexByte(node, ' ')
-	return node[:max(i, 0)], node[i+1:]
-}
-
 // RenumberedDevices returns the devices of devs a ResourceSlice must
 // taint because a running container may reach them, or through them, by
 // a device number it was given before the node's cards were enumerated
@@ -180,20 +122,14 @@ func (s *State) RenumberedDevices(devs *discovery.Result) map[string]Holder {
 			out[d.Device] = h
 		}
 		for _, n := range rec.Renumbered {
-			byNumber[nodeNumber(n)] = h
+			byNumber[renumber.Number(n)] = h
 		}
 	}
 	if len(byNumber) == 0 {
 		return out
 	}
-	for _, c := range devs.Cards {
-		for _, p := range c.Ports {
-			for _, n := range nodeList(portNodes(p)) {
-				if h, ok := byNumber[nodeNumber(n)]; ok {
-					out[p.DeviceName()] = h
-				}
-			}
-		}
+	for device, number := range renumber.Using(devs, func(n string) bool { _, ok := byNumber[n]; return ok }) {
+		out[device] = byNumber[number]
 	}
 	return out
 }

@@ -218,14 +218,6 @@ func specAFUs(spec cdi.RecordedSpec) []string {
 	return afus
 }
 
-func deviceNames(recs []DeviceRecord) []string {
-	names := make([]string, len(recs))
-	for i, d := range recs {
-		names[i] = d.Device
-	}
-	return names
-}
-
 // grantedOnDisk returns the device nodes rec's CDI spec on the disk gives
 // a container, when there is one written in this boot.
 func (s *State) grantedOnDisk(rec *ClaimRecord) ([]string, bool) {

@@ -2,10 +2,10 @@ package state
 
 import (
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fpga-dra/fpga-dra-driver/internal/renumber"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/cdi"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
@@ -42,10 +42,10 @@ func (s *State) noteWritten(uid types.UID, recs []DeviceRecord, devs *discovery.
 	nodes := map[string]string{}
 	for _, d := range recs {
 		if _, p, ok := devs.FindPort(d.Device); ok {
-			nodes[d.Device] = portNodes(p)
+			nodes[d.Device] = renumber.Port(p)
 		}
 	}
-	sig, ok := nodesOf(nodes, recs)
+	sig, ok := renumber.Of(nodes, deviceNames(recs))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ok {
@@ -54,49 +54,15 @@ func (s *State) noteWritten(uid types.UID, recs []DeviceRecord, devs *discovery.
 		delete(s.specs.written, uid)
 	}
 	if s.specs.devs == nil || devs.Started.After(s.specs.devs.Started) {
-		s.specs.devs, s.specs.nodes = devs, nodesIn(devs)
+		s.specs.devs, s.specs.nodes = devs, renumber.ByDevice(devs)
 	}
 }
 
-// portNodes describes a port's device nodes: cdi.NodeString of each,
-// followed by ';'.
-func portNodes(p *discovery.Port) string {
-	var b strings.Builder
-	for _, n := range p.Nodes() {
-		b.WriteString(cdi.NodeString(n.Path, int64(n.Major), int64(n.Minor)))
-		b.WriteByte(';')
+// deviceNames lists the devices of recs.
+func deviceNames(recs []DeviceRecord) []string {
+	names := make([]string, len(recs))
+	for i, d := range recs {
+		names[i] = d.Device
 	}
-	return b.String()
-}
-
-// nodeList splits what nodesOf or portNodes describe into its nodes.
-func nodeList(sig string) []string {
-	return strings.FieldsFunc(sig, func(r rune) bool { return r == ';' || r == '|' })
-}
-
-// nodesIn is portNodes of every port of devs, by device name.
-func nodesIn(devs *discovery.Result) map[string]string {
-	m := map[string]string{}
-	for _, c := range devs.Cards {
-		for _, p := range c.Ports {
-			m[p.DeviceName()] = portNodes(p)
-		}
-	}
-	return m
-}
-
-// nodesOf describes the device nodes recs' ports have (nodes: nodesIn of
-// a result); ok is false when one of them is not there (its card left
-// out of the pass).
-func nodesOf(nodes map[string]string, recs []DeviceRecord) (string, bool) {
-	var b strings.Builder
-	for _, d := range recs {
-		n, ok := nodes[d.Device]
-		if !ok {
-			return "", false
-		}
-		b.WriteString(n)
-		b.WriteByte('|')
-	}
-	return b.String(), true
+	return names
 }

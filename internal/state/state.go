@@ -3,20 +3,12 @@
 // device: every entry point goes through one State, so a device held for
 // one of them is refused to the others.
 //
-// Every change follows the same three steps:
-//
-//   - decide (prepare.go, decide.go): under one lock, check that the
-//     devices are free, choose what each needs (the pure policy in
-//     decideDevice) and reserve them for the holder in the same critical
-//     section;
-//   - run (run.go, job.go): program regions, one job per device, with no
-//     lock held, and write the CDI spec;
-//   - commit (commit.go): the only place the checkpoint changes; the
-//     checkpoint package makes it durable, concurrent commits sharing a
-//     flush.
-//
-// A prepare answers only after its commit is on disk; an unprepare frees a
-// device only after every programming job for its holder has ended.
+// Every change is decided under one lock (prepare.go, decide.go: check the
+// devices are free, decide what each needs, reserve them), run without it
+// (run.go, job.go: program, write the CDI spec) and committed (commit.go:
+// the only place the checkpoint changes). A prepare answers only after its
+// commit is on disk; an unprepare frees a device only after every
+// programming job for its holder has ended.
 package state
 
 import (
@@ -54,35 +46,28 @@ type Config struct {
 	BootIDPath string
 	CDI        *cdi.Writer
 	Repository *program.Repository
-	// Registry fetches bitstreams a config names by OCI reference
-	// (bitstreamRef); nil refuses such configs, saying
-	// RegistryUnavailable.
+	// Registry fetches bitstreams a config names by OCI reference; nil
+	// refuses such configs, saying RegistryUnavailable.
 	Registry            *oci.Puller
 	RegistryUnavailable string
 	Programmer          program.Programmer
 	// Programmable is false when the node forbids reprogramming.
 	Programmable bool
 	// PrepareWait bounds how long one Prepare waits for programming before
-	// it reports ErrInProgress (the kubelet gives a call 45 s);
-	// DefaultPrepareWait when zero.
+	// it reports ErrInProgress; ReleaseWait how long one Unprepare waits
+	// for the holder's jobs before it reports ErrReleasing. Zero means the
+	// default.
 	PrepareWait time.Duration
-	// ReleaseWait bounds how long one Unprepare waits for a programming
-	// job of the holder to end before it reports ErrReleasing;
-	// DefaultReleaseWait when zero.
 	ReleaseWait time.Duration
 	Load        program.LoadOptions
-	// OnProgrammed runs after every programming job (successful or not),
-	// so the new AFU ID is re-read and republished and the outcome counted.
-	// It runs with the region locked: it must not wait for the State.
+	// OnProgrammed runs after every programming job, with the region
+	// locked: it must not wait for the State.
 	OnProgrammed func(Programming)
-	// OnStep, when set, runs at each step that changes what the node holds
-	// or what a region carries (see Step), with the holder concerned. It
-	// is for tracing and fault injection: tests kill the process there.
+	// OnStep, when set, runs at each Step, with the holder concerned (for
+	// tracing and fault injection).
 	OnStep func(step Step, holder types.UID)
-	// OnRenumbered, when set, runs (without the State's lock) once stale
-	// nodes were added to a holder's record: RenumberedDevices changed,
-	// maybe outside RefreshSpecs (a prepare's answer, a background
-	// rewrite), and the device taints must be published again.
+	// OnRenumbered, when set, runs without the State's lock once
+	// RenumberedDevices changed.
 	OnRenumbered func()
 }
 
@@ -91,27 +76,15 @@ type Config struct {
 type Step string
 
 const (
-	// StepReserved: the devices are reserved for the holder in memory.
-	StepReserved Step = "reserved"
-	// StepStarted: the holder's record (PhaseStarted) is on disk and
-	// programming may begin.
-	StepStarted Step = "started"
-	// StepProgramming: a region is about to be programmed.
-	StepProgramming Step = "programming"
-	// StepProgrammed: the programmer returned (successfully or not).
-	StepProgrammed Step = "programmed"
-	// StepSpecWritten: the holder's CDI spec is written, its record not
-	// yet committed.
-	StepSpecWritten Step = "spec-written"
-	// StepPrepared: the completed record is on disk; the answer follows.
-	StepPrepared Step = "prepared"
-	// StepSpecRemoved: an unprepare removed the CDI spec; the record is
-	// not yet deleted.
-	StepSpecRemoved Step = "spec-removed"
-	// StepReleased: the record's removal is on disk; the devices are free.
-	StepReleased Step = "released"
-	// StepRenumbered: stale nodes were added to the holder's record.
-	StepRenumbered Step = "renumbered"
+	StepReserved    Step = "reserved"     // devices reserved in memory
+	StepStarted     Step = "started"      // PhaseStarted record on disk
+	StepProgramming Step = "programming"  // a region is about to be programmed
+	StepProgrammed  Step = "programmed"   // the programmer returned
+	StepSpecWritten Step = "spec-written" // CDI spec written, record not yet
+	StepPrepared    Step = "prepared"     // completed record on disk
+	StepSpecRemoved Step = "spec-removed" // CDI spec removed, record not yet
+	StepReleased    Step = "released"     // record removed on disk
+	StepRenumbered  Step = "renumbered"   // stale nodes added to the record
 )
 
 // State is safe for concurrent use. Operations of distinct holders run in
@@ -125,26 +98,23 @@ type State struct {
 
 	mu   sync.Mutex
 	book book
-	// holds says who holds each device: reserved by an operation in
-	// flight, prepared (a record in the checkpoint) or being released.
-	// Every device of a record is held by that record's holder.
-	holds   map[string]types.UID
-	ops     operations
-	regions regions
-	specs   specs
-	// draining: the State takes no more work (Drain).
-	draining  bool
+	// holds says who holds each device (reserved, prepared or being
+	// released); every device of a record is held by its holder.
+	holds     map[string]types.UID
+	ops       operations
+	regions   regions
+	specs     specs
+	draining  bool // Drain
 	listeners listeners
 	hooks     testHooks
 }
 
 // operations are what runs for each holder.
 type operations struct {
-	// active is the operation in flight for a holder, or one that
-	// finished and whose outcome no caller has read yet.
-	active map[types.UID]*op
-	// releasing marks holders an Unprepare is releasing.
-	releasing map[types.UID]bool
+	// active is the operation in flight for a holder, or a finished one
+	// whose outcome no caller has read yet.
+	active    map[types.UID]*op
+	releasing map[types.UID]bool // holders an Unprepare releases
 	// versions is the Version of each holder with a record or an
 	// operation; last is the latest one handed out.
 	versions map[types.UID]Version
@@ -153,46 +123,37 @@ type operations struct {
 
 // regions are the programmable regions, by device name.
 type regions struct {
-	// jobs is the programming job in flight for a device.
-	jobs map[string]*job
-	// locks serialise the programming of a device (portLock).
-	locks map[string]*sync.Mutex
-	// loaded is what this process last loaded into each device's region:
-	// a claim that pins a digest or names an OCI reference is programmed
-	// unless it matches.
-	loaded map[string]loadedFile
+	jobs   map[string]*job        // the programming job in flight
+	locks  map[string]*sync.Mutex // portLock
+	loaded map[string]loadedFile  // what this process last loaded
 }
 
 // specs is what the CDI specs were written from.
 type specs struct {
-	// devs is the newest discovery result RefreshSpecs or Restore saw,
-	// nodes nodesIn(devs).
+	// devs is the newest discovery result seen, nodes
+	// renumber.ByDevice(devs).
 	devs  *discovery.Result
 	nodes map[string]string
-	// written is, for each holder whose CDI spec this process wrote, the
-	// device nodes it was written from (nodesOf). A completed holder
-	// whose written differs from nodes has a stale spec.
+	// written is, by holder, the nodes its CDI spec was written from
+	// (renumber.Of): one that differs from nodes is stale.
 	written map[types.UID]string
 	// vanished are, by holder, nodes its spec gave that no port had
-	// when the spec was rewritten without them (noteGone).
+	// (noteGone).
 	vanished map[types.UID][]string
 }
 
 // testHooks are called at points tests wait for; all nil in the daemon.
 type testHooks struct {
-	// onCompleted is called as completed begins, onAwaitJob as a prepare
-	// starts waiting for a programming job of the holder's outside its
-	// operation (awaitHolderJobs), and onFlush as a flush takes the
-	// checkpoint it writes.
+	// onCompleted is called as completed begins, onAwaitJob as
+	// awaitHolderJobs waits, onFlush as a flush takes the checkpoint.
 	onCompleted, onAwaitJob func(types.UID)
 	onFlush                 func()
 }
 
-// New loads the checkpoint and returns a State. It does not touch CDI
-// specs or devices: call Restore once devices are known. A damaged
-// checkpoint is no error: New returns it as warning (wrapping
-// checkpoint.ErrCorrupt) and Restore recovers what the node still shows.
-// A checkpoint written by a newer driver fails with checkpoint.ErrNewer.
+// New loads the checkpoint and returns a State; call Restore once devices
+// are known. A damaged checkpoint is returned as warning (wrapping
+// checkpoint.ErrCorrupt), one of a newer driver fails with
+// checkpoint.ErrNewer.
 func New(ctx context.Context, cfg Config) (s *State, warning error, err error) {
 	if cfg.PrepareWait <= 0 {
 		cfg.PrepareWait = DefaultPrepareWait
@@ -288,8 +249,7 @@ func (s *State) step(step Step, holder types.UID) {
 	}
 }
 
-// holderName names a holder for messages: "namespace/name (uid)" when its
-// record is known. Caller holds mu.
+// holderName names a holder for messages. Caller holds mu.
 func (s *State) holderName(uid types.UID) string {
 	if rec := s.book.cp.Claims[string(uid)]; rec != nil && rec.Name != "" {
 		return fmt.Sprintf("%s/%s (%s)", rec.Namespace, rec.Name, uid)

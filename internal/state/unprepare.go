@@ -83,7 +83,7 @@ func (s *State) beginRelease(uid types.UID, o unprepareOptions) (rel *op, pendin
 		return nil, nil, true, fmt.Errorf("%w: claim %s was prepared again since the release was decided; it stays held", ErrChanged, s.holderName(uid))
 	}
 	_, recorded := s.book.cp.Claims[string(uid)]
-	if !recorded && cur == nil && !s.hasJobs(uid) {
+	if !recorded && cur == nil && s.jobOf(uid) == nil {
 		// Nothing of uid is left (an operation this release waited
 		// for ended without a record): a later prepare may start.
 		delete(s.ops.releasing, uid)
@@ -126,7 +126,7 @@ func (s *State) beginRelease(uid types.UID, o unprepareOptions) (rel *op, pendin
 func (s *State) removeOrphanSpec(uid types.UID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, recorded := s.book.cp.Claims[string(uid)]; recorded || s.ops.active[uid] != nil || s.hasJobs(uid) {
+	if _, recorded := s.book.cp.Claims[string(uid)]; recorded || s.ops.active[uid] != nil || s.jobOf(uid) != nil {
 		return nil
 	}
 	if err := s.cfg.CDI.RemoveClaimSpec(string(uid)); err != nil {
