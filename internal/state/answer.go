@@ -23,9 +23,7 @@ func (s *State) answer(ctx context.Context, op *op, rec *ClaimRecord, reqs []Dev
 		err = fmt.Errorf("record claim %s: %w", h, err)
 	case rec.Phase == PhaseProgrammed:
 		// Programmed before binding already.
-	default:
-		// completed waits for the holder's programming (the hook's):
-		// not longer than any prepare does.
+	default: // after the hook's programming, at most PrepareWait
 		if err = s.awaitHolderJobs(ctx, h.UID); err == nil {
 			out, err = s.completed(h, rec, reqs, devs)
 		}
@@ -35,11 +33,9 @@ func (s *State) answer(ctx context.Context, op *op, rec *ClaimRecord, reqs []Dev
 }
 
 // completed answers a prepare of a completed holder, rewriting its CDI
-// spec from its devices' nodes as discovery shows them now (a spec gone
-// missing, or one whose nodes were renumbered). A device recorded without
-// request names (rebuilt from a CDI spec) is answered with reqs'. It holds
-// the devices' port locks, so that it writes the spec from the record as
-// a programming job of the hook left it.
+// spec from its devices' nodes as discovery shows them now. A device
+// recorded without request names is answered with reqs'. It holds the
+// devices' port locks, so no programming job passes its write.
 func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs *discovery.Result) (Outcome, error) {
 	if s.hooks.onCompleted != nil {
 		s.hooks.onCompleted(h.UID)
@@ -58,9 +54,7 @@ func (s *State) completed(h Holder, rec *ClaimRecord, reqs []DeviceRequest, devs
 	written, known := s.specs.written[h.UID]
 	s.mu.Unlock()
 	granted := renumber.List(written)
-	if !known {
-		// Not written by this process (its write at Restore failed):
-		// the spec on the disk is what containers were given.
+	if !known { // not written by this process
 		granted, known = s.grantedOnDisk(rec)
 	}
 	if known {

@@ -23,31 +23,25 @@ const (
 	PhaseProgrammed = checkpoint.PhaseProgrammed
 )
 
-// book is the checkpoint: in memory, where every change is made first
-// (update), and on the disk (sync).
+// book is the checkpoint in memory (update) and on the disk (sync).
 type book struct {
-	store *checkpoint.Store // replaced only by tests; guarded by State.mu
-	cp    *checkpoint.Checkpoint
-	// gen counts changes of cp.
-	gen uint64
-	// damaged is why the checkpoint was found damaged at start ("" when
-	// it was not): Restore then takes CDI specs as evidence of holds.
-	damaged string
+	store   *checkpoint.Store // replaced only by tests; guarded by State.mu
+	cp      *checkpoint.Checkpoint
+	gen     uint64 // counts changes of cp
+	damaged string // why the checkpoint was damaged at start, if it was
 }
 
-// update is the one place the checkpoint changes: it applies change to
-// the checkpoint in memory and returns the generation that sync must make
-// durable. Caller holds mu; change must keep every device of a record
-// held (s.holds) by the record's holder.
+// update is the one place the checkpoint changes: it applies change in
+// memory and returns the generation sync must make durable. Caller holds
+// mu; change must keep every device of a record held by its holder.
 func (s *State) update(change func(cp *checkpoint.Checkpoint)) uint64 {
 	change(s.book.cp)
 	s.book.gen++
 	return s.book.gen
 }
 
-// sync returns once generation gen of the checkpoint is on the disk;
-// concurrent callers share flushes (checkpoint.Store). Callers must not
-// hold mu.
+// sync returns once generation gen is on the disk. Callers must not hold
+// mu.
 func (s *State) sync(gen uint64) error {
 	s.mu.Lock()
 	store := s.book.store
@@ -77,12 +71,8 @@ func (s *State) commit(change func(cp *checkpoint.Checkpoint)) error {
 	return s.sync(gen)
 }
 
-// durable returns once every change made so far is on the disk. An
-// answer drawn from the state in memory instead of an operation's own
-// commit (a completed record, a holder not known) waits for it: after a
-// flush failed, memory holds changes the disk may not, and a call the
-// kubelet retries must not be told they are done. Callers must not hold
-// mu.
+// durable returns once every change made so far is on the disk: an
+// answer drawn from memory waits for it. Callers must not hold mu.
 func (s *State) durable() error {
 	s.mu.Lock()
 	gen := s.book.gen
@@ -90,8 +80,7 @@ func (s *State) durable() error {
 	return s.sync(gen)
 }
 
-// CheckpointSyncs returns how many times the checkpoint was flushed to
-// the disk since New.
+// CheckpointSyncs counts the checkpoint's flushes since New.
 func (s *State) CheckpointSyncs() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,8 +100,6 @@ func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 		recs[i] = DeviceRecord{Device: p.req.Device, Requests: p.req.Requests, AFUID: p.AFU, Programmed: p.Program,
 			Bitstream: p.Bitstream, SHA256: p.SHA256, LayerDigest: p.Layer}
 		if b := p.before; b != nil {
-			// Loaded for the holder before binding: a reboot erases it,
-			// and the OCI cache keeps its file.
 			recs[i].Programmed, recs[i].Bitstream, recs[i].SHA256, recs[i].LayerDigest = b.Programmed, b.Bitstream, b.SHA256, b.LayerDigest
 		}
 		if j := p.job; j != nil {
@@ -129,8 +116,7 @@ func (s *State) recordDevices(plans []*plan) []DeviceRecord {
 }
 
 // undoRecords returns a change that puts back the records of uids as they
-// are now (or removes them when absent), with their holds. Caller holds
-// mu.
+// are now, with their holds. Caller holds mu.
 func (s *State) undoRecords(uids []types.UID) func(*checkpoint.Checkpoint) {
 	prev := map[types.UID]*ClaimRecord{}
 	for _, uid := range uids {
@@ -151,10 +137,8 @@ func (s *State) undoRecords(uids []types.UID) func(*checkpoint.Checkpoint) {
 	}
 }
 
-// reholdFromRecords gives every device reserved for uid that uid's record
-// does not hold back to the record that holds it, or frees it: what an
-// operation that failed before its commit reserved is undone. Caller holds
-// mu.
+// reholdFromRecords gives every device reserved for uid back to the
+// record that holds it, or frees it. Caller holds mu.
 func (s *State) reholdFromRecords(uid types.UID) {
 	owner := map[string]types.UID{}
 	for other, rec := range s.book.cp.Claims {

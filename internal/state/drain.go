@@ -7,11 +7,7 @@ import (
 
 // Drain makes the State take no more work: every Prepare, Unprepare and
 // ProgramHeld that begins afterwards fails with ErrDraining, and no CDI
-// spec rewrite starts; what began before runs on, and WaitIdle waits for
-// it. A process that hands the node to another (a stopping daemon) calls
-// Drain once it stopped serving, then WaitIdle, before it releases the
-// state lock: a call its servers were still handling when they stopped
-// then changes nothing after the other process took over.
+// spec rewrite starts; WaitIdle waits for what began before.
 func (s *State) Drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -27,13 +23,8 @@ func (s *State) drainingError(what string, holder any) error {
 	return fmt.Errorf("%w: %s %v refused; retry", ErrDraining, what, holder)
 }
 
-// WaitIdle waits until no programming job and no operation (a prepare
-// committing what its jobs loaded, one answered from a record, a release,
-// a CDI spec rewrite) runs, or ctx ends; once the State's context ended,
-// no rewrite starts. Programming cannot be stopped part way; a process
-// that hands the node to another (a rolling update) stops taking work and
-// calls WaitIdle before it releases the state lock, so that two processes
-// never program, write a spec or commit at once.
+// WaitIdle waits until no programming job, operation or checkpoint flush
+// runs, or ctx ends.
 func (s *State) WaitIdle(ctx context.Context) error {
 	for {
 		s.mu.Lock()
@@ -52,7 +43,6 @@ func (s *State) WaitIdle(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		if running == nil && busy != nil {
-			// Writing a spec or the checkpoint: short.
 			select {
 			case <-busy.done:
 				continue
@@ -72,9 +62,8 @@ func (s *State) WaitIdle(ctx context.Context) error {
 	}
 }
 
-// waitFlush waits, while ctx lasts, for a checkpoint flush in flight
-// (one outside any operation: an answer made durable after a flush
-// failed). Once the State drains, no flush starts after it returned.
+// waitFlush waits for a checkpoint flush in flight; once the State
+// drains, no flush starts after it returned.
 func (s *State) waitFlush(ctx context.Context) error {
 	s.mu.Lock()
 	store, draining := s.book.store, s.draining
@@ -85,12 +74,9 @@ func (s *State) waitFlush(ctx context.Context) error {
 	return store.Idle(ctx)
 }
 
-// CancelJobs cancels every programming job in flight with cause: a backend
-// that can stop part way does (XRT ends its xrt-smi), leaving its region
-// in an unknown state that the holder's record (PhaseStarted) makes the
-// next process program again. The stopping daemon calls it once WaitIdle
-// gave up, so that no programming outlives the process that holds the
-// node's state lock.
+// CancelJobs cancels every programming job in flight with cause; the
+// holder's started record makes the next process program its region
+// again.
 func (s *State) CancelJobs(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

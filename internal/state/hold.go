@@ -13,21 +13,17 @@ import (
 )
 
 // ProgramHeld loads afuID into the region behind device for uid, which
-// holds it (the legacy endpoint's programming hook, before the holder's
-// container starts), with the policy of a config without a bitstream name
-// and programming IfNeeded. It fails with ErrNotHeld unless uid holds
-// device, ErrReleasing while uid is released, program.ErrInterfaceMismatch
-// and ErrNotProgrammable as a prepare does, and ErrInProgress when ctx
-// ends first (the job goes on). Afterwards the record and the CDI spec
-// carry afuID.
+// holds it (the legacy endpoint's hook), as a config with programming
+// IfNeeded does, and records it. It fails with ErrNotHeld unless uid holds
+// device, ErrReleasing while uid is released, and ErrInProgress when ctx
+// ends first (the job goes on).
 func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (Programming, error) {
 	res := Programming{Device: device, AFUID: afuID}
 	j, started, err := s.decideProgramHeld(uid, device, interfaceID, afuID, devs)
 	switch {
 	case err != nil:
 		return res, err
-	case j == nil:
-		// Loaded and recorded: once the record is on the disk.
+	case j == nil: // loaded and recorded
 		if err := s.durable(); err != nil {
 			return res, fmt.Errorf("record AFU %s of device %s: %w", afuID, device, err)
 		}
@@ -44,11 +40,9 @@ func (s *State) ProgramHeld(ctx context.Context, uid types.UID, device, interfac
 	return j.result, j.result.Err
 }
 
-// decideProgramHeld is ProgramHeld's critical section: it checks the hold,
-// joins a job programming afuID for uid into the device, or decides (with
-// the policy of a claim asking for afuID with programming IfNeeded)
-// whether a new job must program it. j is nil when nothing must be
-// loaded; started says j is new and must be run.
+// decideProgramHeld is ProgramHeld's critical section: it checks the hold
+// and returns the job to wait for (nil when nothing must be loaded);
+// started says j is new and must be run.
 func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID string, devs *discovery.Result) (j *job, started bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -72,9 +66,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 	switch j := s.regions.jobs[device]; {
 	case j != nil && j.holder == uid && j.afu == afuID:
 		return j, false, nil
-	case j != nil:
-		// One job per region: a second would not be seen by a release
-		// or CancelJobs, and could run after the process stopped.
+	case j != nil: // one job per region
 		return nil, false, j.busy(fmt.Sprintf("program AFU %s once that has ended", afuID))
 	}
 	card, port, ok := devs.FindPort(device)
@@ -90,10 +82,8 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 		return nil, false, nil // loaded and recorded
 	}
 	h := Holder{UID: uid, Namespace: rec.Namespace, Name: rec.Name}
-	// Like decidePrepare's jobs, it outlives s.ctx.
 	j = s.newJob(context.WithoutCancel(s.ctx), h, &plan{req: DeviceRequest{Device: device, Requests: rec.Devices[idx].Requests, Config: cfg}, card: card, port: port, devicePlan: p})
-	// The hook hears of success only once the record says what the
-	// region holds, on the disk.
+	// Success only once the record is on the disk.
 	j.then = func(j *job) {
 		if j.result.Err != nil {
 			return
@@ -106,8 +96,7 @@ func (s *State) decideProgramHeld(uid types.UID, device, interfaceID, afuID stri
 }
 
 // recordAFU notes in a hold's record that device now carries afuID and
-// rewrites the hold's CDI spec to match. It runs within the job that
-// programmed the device, so a release of the holder waits for it.
+// rewrites the hold's CDI spec to match.
 func (s *State) recordAFU(uid types.UID, device, afuID string, programmed bool, devs *discovery.Result) error {
 	s.mu.Lock()
 	rec := s.book.cp.Claims[string(uid)]

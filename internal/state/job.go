@@ -22,8 +22,7 @@ import (
 var errReleased = errors.New("the claim was unprepared before programming started; the region was not programmed")
 
 // errStopping fails a job that would start after the State's context
-// ended: the daemon is stopping, and the kubelet's retry reaches the next
-// one.
+// ended.
 var errStopping = errors.New("the driver is stopping; the region was not programmed, and the next driver process programs it when the kubelet retries")
 
 // job is one programming of one region for one holder.
@@ -35,19 +34,14 @@ type job struct {
 	card    *discovery.Card
 	port    *discovery.Port
 	started time.Time
-	// ctx is cancelled (cancel) when the holder is released; backends
-	// that can stop then do.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	logger klog.Logger
-	// program is false for a job that only runs then: the region
-	// already carries afu.
-	program bool
-	// then, when set, runs once the programming is done and before done
-	// closes, so that a release waits for it too.
-	then func(*job)
-	// done is closed once result is set and then has run.
-	done   chan struct{}
+	ctx     context.Context // cancelled when the holder is released
+	cancel  context.CancelCauseFunc
+	logger  klog.Logger
+	program bool // false: the region already carries afu, only then runs
+	// then, when set, runs after programming and before done closes, so
+	// that a release waits for it too.
+	then   func(*job)
+	done   chan struct{} // closed once result is set and then has run
 	result Programming
 }
 
@@ -65,9 +59,8 @@ func (s *State) newJob(ctx context.Context, h Holder, p *plan) *job {
 	return j
 }
 
-// abandonJobs ends jobs that never ran (the hold they program for could
-// not be recorded): they leave s.regions.jobs and are done with err, so that a
-// release, WaitIdle or a joining caller does not wait for them.
+// abandonJobs ends, with err, jobs that never ran, so nothing waits for
+// them.
 func (s *State) abandonJobs(jobs []*job, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,8 +92,7 @@ func (j *job) busy(what string) error {
 }
 
 // runJob programs a job's region, serialised with every other programming
-// of it, and only while the job's holder still holds the device and is not
-// being released.
+// of it, while the job's holder holds the device and is not released.
 func (s *State) runJob(j *job) {
 	s.mu.Lock()
 	lock := s.portLock(j.device)
@@ -148,9 +140,7 @@ func (s *State) runJob(j *job) {
 	}
 }
 
-// program finds the bitstream (in the repository, or in its registry when
-// the config names an OCI reference, held for holder in the OCI cache) and
-// loads it.
+// program finds the bitstream and loads it.
 func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.FpgaConfig, card *discovery.Card, port *discovery.Port) Programming {
 	start := time.Now()
 	res := Programming{AFUID: cfg.AFUID}
@@ -168,7 +158,7 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	opts := s.cfg.Load
 	opts.SHA256 = cfg.SHA256
 	if opts.SHA256 == "" {
-		opts.SHA256 = bs.SHA256 // a pulled file is checked again as it is read
+		opts.SHA256 = bs.SHA256
 	}
 	loaded, err := program.Load(ctx, s.cfg.Programmer, card, port, bs, opts)
 	s.mu.Lock()
@@ -180,9 +170,7 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 		delete(s.regions.loaded, port.DeviceName())
 	}
 	s.mu.Unlock()
-	if s.cfg.Registry != nil {
-		// The region's file is evicted from the OCI cache last, so that
-		// the next claim for it finds it after a reboot.
+	if s.cfg.Registry != nil { // evicted last from the OCI cache
 		if cerr := s.cfg.Registry.Carry(port.DeviceName(), carried); cerr != nil {
 			klog.FromContext(ctx).Error(cerr, "Recording the cached bitstream a region carries failed", "device", port.DeviceName())
 		}
@@ -195,21 +183,16 @@ func (s *State) program(ctx context.Context, holder types.UID, cfg *v1alpha1.Fpg
 	return res
 }
 
-// loadedFile is what a job loaded into a region: reference and layer
-// name the OCI reference and cached layer it came from, if any.
+// loadedFile is what a job loaded into a region, from which OCI reference
+// and cached layer, when it ended and how long it took.
 type loadedFile struct {
-	afu       string
-	sha256    string
-	reference string
-	layer     string
-	// at is when programming ended, took how long it ran.
-	at   time.Time
-	took time.Duration
+	afu, sha256, reference, layer string
+	at                            time.Time
+	took                          time.Duration
 }
 
 // LastProgramming reports when this process last loaded afuID into device
-// and how long that took; ok is false when it did not, or loaded
-// something else there since.
+// and how long that took; ok is false unless that is what it carries.
 func (s *State) LastProgramming(device, afuID string) (at time.Time, took time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -220,8 +203,7 @@ func (s *State) LastProgramming(device, afuID string) (at time.Time, took time.D
 	return l.at, l.took, true
 }
 
-// portLock returns the lock that serialises programming of a device, and
-// the spec writes that must not pass a programming job (lockPorts).
+// portLock returns the lock that serialises programming of a device.
 // Caller holds mu.
 func (s *State) portLock(device string) *sync.Mutex {
 	l := s.regions.locks[device]
@@ -232,9 +214,8 @@ func (s *State) portLock(device string) *sync.Mutex {
 	return l
 }
 
-// lockPorts takes the port locks of recs' devices, in the order of their
-// names (runJob takes one), and returns their release. Callers must not
-// hold mu or a port lock.
+// lockPorts takes the port locks of recs' devices, in name order, and
+// returns their release. Callers must not hold mu or a port lock.
 func (s *State) lockPorts(recs []DeviceRecord) (unlock func()) {
 	devices := make([]string, 0, len(recs))
 	for _, d := range recs {

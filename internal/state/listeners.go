@@ -9,13 +9,10 @@ type listeners struct {
 	next int
 }
 
-// Subscribe makes f run whenever a holder was released, a failed prepare
-// gave up devices it had reserved, a prepare superseded other holders, or
-// stale device numbers were noted for a holder: which devices another
-// holder may take changed (the legacy endpoint advertises such devices
-// healthy or not). f runs without the State's lock, in the goroutine that
-// made the change: it must return at once. The returned function ends the
-// subscription.
+// Subscribe makes f run whenever which devices another holder may take
+// changed (a release, a failed prepare, a supersede, renumbered nodes).
+// f runs without the State's lock and must return at once. cancel ends
+// the subscription.
 func (s *State) Subscribe(f func()) (cancel func()) {
 	l := &s.listeners
 	l.mu.Lock()

@@ -11,32 +11,23 @@ import (
 // op is the one operation in flight for a holder: a prepare, or the
 // release of an Unprepare.
 type op struct {
-	holder  Holder
-	release bool
-	// cancel cancels the prepare's programming jobs when an Unprepare asks
-	// for the holder's release.
-	cancel context.CancelCauseFunc
-	jobs   []*job
-	// done is closed once out and err are set.
-	done chan struct{}
-	out  Outcome
-	err  error
-	// reported is set once a caller read out.Programmed.
-	reported bool
-	// beforeBinding: the prepare ends at PhaseProgrammed (BeforeBinding).
-	beforeBinding bool
-	// refresh: the operation rewrites a stale spec (RefreshSpecs).
-	refresh bool
+	holder        Holder
+	release       bool
+	cancel        context.CancelCauseFunc // cancels the prepare's jobs
+	jobs          []*job
+	done          chan struct{} // closed once out and err are set
+	out           Outcome
+	err           error
+	reported      bool // a caller read out.Programmed
+	beforeBinding bool // BeforeBinding
+	refresh       bool // rewrites a stale spec (RefreshSpecs)
 }
 
-// finish ends an operation with its outcome. On failure, devices the
-// operation reserved that no record holds for the holder are free again.
-// A success of a holder an Unprepare began to release meanwhile becomes
-// ErrReleasing: no caller is handed a hold a release is freeing.
+// finish ends an operation with its outcome. On failure, devices it
+// reserved that no record holds are free again. A success of a holder an
+// Unprepare began to release meanwhile becomes ErrReleasing.
 func (s *State) finish(op *op, out Outcome, err error) {
 	if s.settle(op, out, err) {
-		// What it reserved, and what an undo of its record freed, is
-		// free again: devices another holder may take now.
 		s.notify()
 	}
 }
@@ -46,9 +37,6 @@ func (s *State) settle(op *op, out Outcome, err error) (failed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil && !op.release && s.ops.releasing[op.holder.UID] {
-		// Checked where the answer is made: a release that began after
-		// the operation's earlier look (its Version unchanged then)
-		// would free a hold answered to the caller.
 		err = fmt.Errorf("%w: claim %s was unprepared while it was being prepared", ErrReleasing, op.holder)
 		out.Devices = nil
 	}
@@ -57,8 +45,7 @@ func (s *State) settle(op *op, out Outcome, err error) (failed bool) {
 		s.reholdFromRecords(op.holder.UID)
 	}
 	close(op.done)
-	if !op.refresh {
-		// A spec rewrite changes no hold.
+	if !op.refresh { // a spec rewrite changes no hold
 		s.changed(op.holder.UID)
 	}
 	if len(out.Programmed) == 0 && !op.release {
@@ -72,9 +59,9 @@ func (s *State) settle(op *op, out Outcome, err error) (failed bool) {
 	return err != nil
 }
 
-// await waits for a prepare operation, at most PrepareWait while it
-// programs, and returns its outcome. The first caller to see a finished
-// operation reports its programming results and retires it.
+// await waits for a prepare operation, at most PrepareWait, and returns
+// its outcome; the first caller to see it finished gets its programming
+// results.
 func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
 	timer := time.NewTimer(s.cfg.PrepareWait)
 	defer timer.Stop()
@@ -92,10 +79,7 @@ func (s *State) await(ctx context.Context, op *op) (Outcome, error) {
 		out.Programmed = nil
 	}
 	op.reported = true
-	if op.err == nil {
-		// An answer handed out now (maybe long after the operation
-		// ended) is a change a release decided on earlier evidence
-		// must see.
+	if op.err == nil { // a release decided before the answer must see it
 		s.changed(op.holder.UID)
 	}
 	if s.ops.active[op.holder.UID] == op {
@@ -147,15 +131,11 @@ func (s *State) inProgress(op *op, what string) error {
 }
 
 // Version identifies the state of a holder's hold: it changes whenever a
-// prepare of the holder begins (answered from its record or not) and
-// whenever one ends, and never returns to an earlier value while the
-// holder has a record or an operation. It is zero until the holder's
-// first prepare in this process, and again once nothing of it is left.
+// prepare of the holder begins or ends, and is zero while nothing of the
+// holder is known.
 type Version uint64
 
-// Version returns uid's Version. Read before the evidence a release is
-// decided on, and passed to Unprepare with IfUnchanged, it keeps a
-// prepare that came meanwhile from being released.
+// Version returns uid's Version, for Unprepare's IfUnchanged.
 func (s *State) Version(uid types.UID) Version {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,8 +148,8 @@ func (s *State) changed(uid types.UID) {
 	s.ops.versions[uid] = s.ops.last
 }
 
-// forgetVersion drops uid's Version once nothing of uid is left: no
-// record, no operation, no job. Caller holds mu.
+// forgetVersion drops uid's Version once no record, operation or job of
+// uid is left. Caller holds mu.
 func (s *State) forgetVersion(uid types.UID) {
 	if _, recorded := s.book.cp.Claims[string(uid)]; !recorded && s.ops.active[uid] == nil && s.jobOf(uid) == nil {
 		delete(s.ops.versions, uid)

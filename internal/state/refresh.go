@@ -27,9 +27,8 @@ func (s *State) staleSpec(u types.UID) *refreshWork {
 	if w, known := s.specs.written[u]; !ok || (known && w == sig) {
 		return nil
 	}
-	// An operation of its own, as an answered prepare's (a release waits
-	// for it, no prepare supersedes the holder meanwhile), but no change
-	// of the holder's Version: the hold stays as it was.
+	// An operation of its own, as an answered prepare's, that changes no
+	// Version.
 	o := &op{holder: Holder{UID: u, Namespace: rec.Namespace, Name: rec.Name}, cancel: func(error) {}, done: make(chan struct{}), refresh: true}
 	s.ops.active[u] = o
 	return &refreshWork{op: o, rec: rec.Clone()}
@@ -61,12 +60,9 @@ func (s *State) rewrite(todo []*refreshWork, devs *discovery.Result) error {
 }
 
 // RefreshSpecs rewrites the CDI spec of every completed holder whose spec
-// was not written from the device nodes its ports have in devs (the cards
-// were enumerated anew, or its card was missing when the spec was
-// written): the runtime reads a claim's spec at every container
-// (re)start, and the kubelet prepares a prepared claim no more. A holder
-// busy with an operation or a programming job is rewritten when that
-// ends. A result older than one seen before is ignored.
+// was not written from the device nodes its ports have in devs; a busy
+// holder's is rewritten when its operation or job ends. A result older
+// than one seen before is ignored.
 func (s *State) RefreshSpecs(devs *discovery.Result) error {
 	now := renumber.ByDevice(devs)
 	s.mu.Lock()

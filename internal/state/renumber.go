@@ -35,8 +35,7 @@ func (s *State) noteGone(logger klog.Logger, h Holder, granted []string, recs []
 
 // checkVanished looks again for the vanished nodes of completed holders
 // (noteGone) in devs: one back on the holder's port is forgotten, one
-// whose path or number another port has now is stale (noteRenumbered), one
-// still nowhere is kept. The list lives in memory: a restart forgets it.
+// another port has now is stale (noteRenumbered), one still nowhere kept.
 func (s *State) checkVanished(logger klog.Logger, devs *discovery.Result) error {
 	type found struct {
 		h     Holder
@@ -89,8 +88,7 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 			}
 		}
 	})
-	if added {
-		// In memory even if the flush failed: announce it.
+	if added { // in memory even if the flush failed
 		s.step(StepRenumbered, h.UID)
 		if s.cfg.OnRenumbered != nil {
 			s.cfg.OnRenumbered()
@@ -100,21 +98,17 @@ func (s *State) noteRenumbered(logger klog.Logger, h Holder, nodes []string) err
 	return err
 }
 
-// RenumberedDevices returns the devices of devs a ResourceSlice must
-// taint because a running container may reach them, or through them, by
-// a device number it was given before the node's cards were enumerated
-// anew: the devices of every holder with Renumbered nodes (to evict its
-// containers), and every device one of whose nodes has one of those
-// numbers now, whatever its path (to keep it from other claims meanwhile).
-// Each maps to such a holder.
+// RenumberedDevices returns the devices a ResourceSlice must taint, each
+// with the holder whose containers may reach it by a device number given
+// before the cards were enumerated anew: the devices of every holder with
+// Renumbered nodes, and every device of devs with one of those numbers.
 func (s *State) RenumberedDevices(devs *discovery.Result) map[string]Holder {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Holder{}
 	byNumber := map[string]Holder{}
 	for _, rec := range s.book.cp.Claims {
-		if len(rec.Renumbered) == 0 || rec.BootID != s.bootID {
-			// A reboot since ended the containers given them.
+		if len(rec.Renumbered) == 0 || rec.BootID != s.bootID { // a reboot ended them
 			continue
 		}
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}

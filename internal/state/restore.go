@@ -16,33 +16,17 @@ import (
 
 // RestoreReport says what Restore found and did.
 type RestoreReport struct {
-	// Damage is why the checkpoint was found damaged at start; empty when
-	// it was sound.
-	Damage string
-	// Recovered are the holders the checkpoint did not have as completed
-	// and whose holds were rebuilt from their CDI specs.
-	Recovered []Holder
-	// Kept are CDI specs Restore neither used nor removed, with the
-	// reason (a spec naming a device another holder holds, or one that
-	// cannot be read).
-	Kept []error
-	// Removed are the UIDs whose CDI spec was removed because a sound
-	// checkpoint does not know them.
-	Removed []string
+	Damage    string   // why the checkpoint was damaged at start, if it was
+	Recovered []Holder // holds rebuilt from CDI specs
+	Kept      []error  // why CDI specs were neither used nor removed
+	Removed   []string // UIDs whose spec a sound checkpoint did not know
 }
 
 // Restore makes the node match the checkpoint after a (re)start, before
-// the kubelet can call:
-//
-//   - with a damaged checkpoint, the CDI spec of a holder it does not have
-//     as completed is evidence of a prepared claim: the hold is rebuilt
-//     from the spec and recorded as completed, and no spec is removed;
-//   - the CDI spec of every completed holder is rewritten (a reboot may
-//     have emptied the CDI tmpfs);
-//   - with a sound checkpoint, specs of holders it does not have as
-//     completed are removed: such a spec was never handed to a container.
-//
-// What is recovered or kept is logged as an error and reported.
+// the kubelet can call. With a damaged checkpoint, the CDI spec of a
+// holder it does not have as completed rebuilds the hold and no spec is
+// removed; with a sound one, such specs are removed. The CDI spec of every
+// completed holder is rewritten.
 func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreReport, error) {
 	logger := klog.FromContext(ctx)
 	report := RestoreReport{Damage: s.book.damaged}
@@ -63,7 +47,6 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	for _, rec := range s.book.cp.Claims {
 		for _, d := range rec.Devices {
 			if d.LayerDigest != "" && s.cfg.Registry != nil {
-				// The claim may program from the cached copy again.
 				if err := s.cfg.Registry.Hold(rec.UID, d.LayerDigest); err != nil {
 					errs = append(errs, fmt.Errorf("claim %s: %w", rec.UID, err))
 				}
@@ -79,10 +62,7 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 	s.mu.Unlock()
 	for _, rec := range completed {
 		h := Holder{UID: types.UID(rec.UID), Namespace: rec.Namespace, Name: rec.Name}
-		// The spec still there is what running containers were given
-		// (a reboot empties the CDI tmpfs, and the containers with it).
-		// A spec from before a reboot (a CDI directory that is no tmpfs)
-		// was given to containers the reboot ended.
+		// The spec still there is what running containers were given.
 		if granted, ok := s.grantedOnDisk(rec); ok {
 			if err := s.noteGone(logger, h, granted, rec.Devices, devs); err != nil {
 				errs = append(errs, fmt.Errorf("record the renumbered devices of claim %s: %w", h, err))
@@ -113,15 +93,12 @@ func (s *State) Restore(ctx context.Context, devs *discovery.Result) (RestoreRep
 }
 
 // recoverFromSpecs rebuilds and records, from their CDI specs, the holds
-// of holders the damaged checkpoint does not have as completed: a spec is
-// written only when a prepare completes, so it is evidence that the lost
-// newest save had the holder completed (see recordFromSpec for when it is
-// not used). A spec naming a device that another completed holder holds
-// is kept and reported: one device is never held twice.
+// of holders the damaged checkpoint does not have as completed (a spec is
+// written only when a prepare completes); one naming a device another
+// completed holder holds is kept and reported.
 func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, devs *discovery.Result, report *RestoreReport) error {
 	s.mu.Lock()
-	// Always saved: the save replaces the damaged file, which until then
-	// tells a start after a kill to recover again.
+	// Always saved: it replaces the damaged file.
 	gen := s.update(func(*checkpoint.Checkpoint) {})
 	for _, spec := range specs {
 		old := s.book.cp.Claims[spec.UID]
@@ -164,14 +141,11 @@ func (s *State) recoverFromSpecs(logger klog.Logger, specs []cdi.RecordedSpec, d
 	return nil
 }
 
-// recordFromSpec is the completed record of spec's holder: devices and
-// CDI devices from the spec, the rest from old, its earlier record, if
-// any. Without old, it is of this boot when every region still holds the
-// spec's AFU. With old (started or programmed), the spec is used only when
-// every region holds the spec's AFU: an older spec must not make a failed
-// prepare look completed. A completed holder of one of its devices makes
-// the spec unusable; a started or programmed one gives way (displaced).
-// err says why the spec is not used. Caller holds mu.
+// recordFromSpec is the completed record of spec's holder: devices from
+// the spec, the rest from old, its earlier record, if any. With old, the
+// spec is used only when every region holds the spec's AFU. A completed
+// holder of one of its devices makes the spec unusable; another one gives
+// way (displaced). Caller holds mu.
 func (s *State) recordFromSpec(spec cdi.RecordedSpec, old *ClaimRecord, devs *discovery.Result) (rec *ClaimRecord, displaced []types.UID, err error) {
 	rec = &ClaimRecord{UID: spec.UID, Phase: PhaseCompleted}
 	if old != nil {

@@ -11,10 +11,8 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 )
 
-// runPrepare runs a new prepare operation that decidePrepare started:
-// with programming to do, it records the hold on the disk before any
-// region is touched and runs the jobs (runJobs); then it commits what the
-// holder got (complete).
+// runPrepare runs a prepare operation that decidePrepare started: the
+// jobs (runJobs), then the commit of what the holder got (complete).
 func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded []types.UID, devs *discovery.Result) {
 	h := op.holder
 	logger = klog.LoggerWithValues(logger, "claim", klog.KRef(h.Namespace, h.Name))
@@ -36,10 +34,8 @@ func (s *State) runPrepare(logger klog.Logger, op *op, plans []*plan, superseded
 }
 
 // runJobs records op's holder as started, releasing the holders it
-// supersedes in the same commit, and then runs its programming jobs,
-// noting their results in op.out. When a job fails the started record
-// stays: the devices remain the holder's, and a later prepare programs
-// again.
+// supersedes, then runs its jobs into op.out. A failed job leaves the
+// started record: a later prepare programs again.
 func (s *State) runJobs(logger klog.Logger, op *op, plans []*plan, superseded []types.UID) error {
 	if err := s.recordStarted(logger, op.holder, plans, superseded); err != nil {
 		s.abandonJobs(op.jobs, err)
@@ -61,12 +57,9 @@ func (s *State) runJobs(logger klog.Logger, op *op, plans []*plan, superseded []
 	return errors.Join(errs...)
 }
 
-// recordStarted commits h's record as started (PhaseStarted) before its
-// regions are programmed. An earlier record of the holder (another
-// allocation of the claim, programmed before binding) frees the devices
-// the plans do not name; superseded holders are released here, not after
-// programming: one device, one holder, on the disk too. A completed
-// record replaced takes its CDI spec along.
+// recordStarted commits h's record as started before its regions are
+// programmed, replacing its earlier record (a completed one's CDI spec
+// goes too) and releasing superseded holders.
 func (s *State) recordStarted(logger klog.Logger, h Holder, plans []*plan, superseded []types.UID) error {
 	s.mu.Lock()
 	undo := s.undoRecords(append([]types.UID{h.UID}, superseded...))
@@ -81,8 +74,6 @@ func (s *State) recordStarted(logger klog.Logger, h Holder, plans []*plan, super
 		s.putRecord(s.record(h, PhaseStarted, plans))
 	})
 	if err != nil {
-		// Memory took the change the disk may not have: put back the
-		// records whose CDI specs stay.
 		if uerr := s.commit(undo); uerr != nil {
 			logger.Error(uerr, "Undoing the record of a claim whose programming could not start failed; the next flush or a restart corrects it")
 		}
@@ -96,12 +87,10 @@ func (s *State) recordStarted(logger klog.Logger, h Holder, plans []*plan, super
 	return nil
 }
 
-// complete ends a prepare whose regions carry what it needs. Before
-// binding, it records the holder as programmed. Else it writes the CDI
-// spec and then commits the completed record, releasing superseded
-// holders in the same commit; a crash between the two leaves a spec that
-// Restore removes, as no sound checkpoint has the holder completed. The
-// outcome is answered only once the record is on the disk.
+// complete ends a prepare whose regions carry what it needs: before
+// binding, it records the holder as programmed; else it writes the CDI
+// spec, then commits the completed record (Restore removes a spec without
+// one).
 func (s *State) complete(logger klog.Logger, op *op, plans []*plan, superseded []types.UID, devs *discovery.Result) (Outcome, error) {
 	h := op.holder
 	s.mu.Lock()
@@ -148,9 +137,8 @@ func (s *State) complete(logger klog.Logger, op *op, plans []*plan, superseded [
 	return out, nil
 }
 
-// removeSupersededSpecs removes the CDI specs of holders a prepare
-// superseded, once their release is recorded, and announces the devices
-// they held that the prepare does not (Subscribe).
+// removeSupersededSpecs removes the CDI specs of superseded holders once
+// their release is recorded, and notifies.
 func (s *State) removeSupersededSpecs(logger klog.Logger, superseded []types.UID) {
 	if len(superseded) == 0 {
 		return
@@ -169,10 +157,8 @@ func (s *State) removeSupersededSpecs(logger klog.Logger, superseded []types.UID
 	s.mu.Unlock()
 }
 
-// holdLoaded holds for uid, in the OCI cache, the layers of the files the
-// plans find loaded from their configs' references, before any record
-// names them: a claim that needs no programming keeps its file cached as
-// one whose job pulled it does, until its release.
+// holdLoaded holds for uid, in the OCI cache, the layers the plans find
+// loaded from their configs' references.
 func (s *State) holdLoaded(uid types.UID, plans []*plan) error {
 	for _, p := range plans {
 		if p.Layer == "" || s.cfg.Registry == nil {

@@ -12,14 +12,9 @@ import (
 )
 
 // Unprepare releases a holder's devices and removes its CDI spec; an
-// unknown holder is not an error. While a prepare or a programming job of
-// the holder is running, it is cancelled where the backend can stop and
-// the devices stay held until it has ended: Unprepare waits for that at
-// most ReleaseWait (and while ctx lasts), then fails with ErrReleasing so
-// the kubelet calls again. Racing calls for one holder get one answer.
-//
-// With IfUnchanged(v), Unprepare releases nothing and returns an error
-// wrapping ErrChanged when uid's Version is no longer v.
+// unknown holder is not an error. A prepare or programming job of the
+// holder is cancelled and the devices stay held until it ended: Unprepare
+// waits for that at most ReleaseWait, then fails with ErrReleasing.
 func (s *State) Unprepare(ctx context.Context, uid types.UID, opts ...UnprepareOption) error {
 	var o unprepareOptions
 	for _, f := range opts {
@@ -27,14 +22,11 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID, opts ...UnprepareO
 	}
 	for {
 		rel, pending, known, err := s.beginRelease(uid, o)
-		// Only the first call compares: the operations a release
-		// cancels change the version as they end.
-		o.ifUnchanged = nil
+		o.ifUnchanged = nil // the cancelled operations change it
 		switch {
 		case err != nil:
 			return err
 		case !known:
-			// Released, or never prepared: once that is on the disk.
 			if err := s.durable(); err != nil {
 				return fmt.Errorf("release claim %s: %w", uid, err)
 			}
@@ -55,20 +47,15 @@ type unprepareOptions struct {
 	ifUnchanged *Version
 }
 
-// IfUnchanged releases the holder only while its Version is v: for a
-// release decided on evidence (no container uses it, its claim went away)
-// read after v, which a prepare since then may have made wrong.
+// IfUnchanged releases the holder only while its Version is v, else fails
+// with ErrChanged.
 func IfUnchanged(v Version) UnprepareOption {
 	return func(o *unprepareOptions) { o.ifUnchanged = &v }
 }
 
-// beginRelease is Unprepare's critical section. It marks uid as being
-// released (no new prepare or programming of it starts), and either
-// returns the release operation to wait for (a running one, or a new one
-// it starts when nothing of uid runs any more), or the channels of the
-// operations still running for uid, which it cancelled. With
-// o.ifUnchanged it fails with ErrChanged, changing nothing, when uid's
-// Version differs.
+// beginRelease is Unprepare's critical section: it marks uid as being
+// released and returns the release operation to wait for, or the
+// channels of the operations of uid it cancelled.
 func (s *State) beginRelease(uid types.UID, o unprepareOptions) (rel *op, pending []<-chan struct{}, known bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,8 +71,6 @@ func (s *State) beginRelease(uid types.UID, o unprepareOptions) (rel *op, pendin
 	}
 	_, recorded := s.book.cp.Claims[string(uid)]
 	if !recorded && cur == nil && s.jobOf(uid) == nil {
-		// Nothing of uid is left (an operation this release waited
-		// for ended without a record): a later prepare may start.
 		delete(s.ops.releasing, uid)
 		delete(s.ops.versions, uid)
 		return nil, nil, false, nil
@@ -119,10 +104,7 @@ func (s *State) beginRelease(uid types.UID, o unprepareOptions) (rel *op, pendin
 }
 
 // removeOrphanSpec removes the CDI spec of uid, a holder the state does
-// not know (a spec that a recovery from a damaged checkpoint kept but
-// could not use): the kubelet's unprepare says no container uses it any
-// more. It leaves the spec when uid is known again (a prepare of it
-// began meanwhile).
+// not know (one Restore kept), unless uid is known again.
 func (s *State) removeOrphanSpec(uid types.UID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -135,8 +117,7 @@ func (s *State) removeOrphanSpec(uid types.UID) error {
 	return nil
 }
 
-// awaitEnded waits until every channel in pending is closed, at most
-// ReleaseWait and while ctx lasts.
+// awaitEnded waits for pending, at most ReleaseWait.
 func (s *State) awaitEnded(ctx context.Context, uid types.UID, pending []<-chan struct{}) error {
 	timer := time.NewTimer(s.cfg.ReleaseWait)
 	defer timer.Stop()
