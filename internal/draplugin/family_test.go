@@ -31,10 +31,12 @@ import (
 type fakeFamily struct{}
 
 const (
-	fakeDriver   discovery.KernelDriver = "fakefpga"
-	fakeClassDir                        = "sys/class/fakefpga"
-	fakeDevice                          = "fpga-0000-0f-00-0-p0"
+	fakeClassDir = "sys/class/fakefpga"
+	fakeDevice   = "fpga-0000-0f-00-0-p0"
 )
+
+// fakeDriver is the fake family's kernel driver name.
+const fakeDriver discovery.KernelDriver = "fakefpga"
 
 // fakePrograms counts fakeProgrammer's calls.
 var fakePrograms atomic.Int64

@@ -5,54 +5,16 @@ import (
 	"maps"
 	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fpga-dra/fpga-dra-driver/internal/state"
 	"github.com/fpga-dra/fpga-dra-driver/internal/testnode"
-	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
 )
 
-// guard is how long a step may take before the test calls it stuck.
-const guard = time.Minute
-
-// await fails the test unless ch is ready within guard.
-func await[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(guard):
-		t.Fatalf("%s: not within %s", what, guard)
-		panic("unreachable")
-	}
-}
-
-func awaitPrepares(t *testing.T, what string, dones ...<-chan error) {
-	t.Helper()
-	for _, done := range dones {
-		if err := await(t, done, what); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// prepareAsync prepares h in another goroutine; the channel gets its
-// error.
-
-func prepareAsync(ctx context.Context, n *testnode.Node, h state.Holder, reqs []state.DeviceRequest, devs *discovery.Result) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		_, err := n.State.Prepare(ctx, h, reqs, devs)
-		done <- err
-	}()
-	return done
-}
-
-// atOnce runs f and fails the test if a flush waits for anything meanwhile.
-
+// holdFirstFlush makes n's first checkpoint flush wait: flushing is closed
+// when it starts, and it goes on once release is closed.
 func holdFirstFlush(n *testnode.Node) (flushing, release chan struct{}) {
 	flushing, release = make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -61,9 +23,6 @@ func holdFirstFlush(n *testnode.Node) (flushing, release chan struct{}) {
 	})
 	return flushing, release
 }
-
-// awaitWaiting fails the test unless want callers wait for n's checkpoint
-// to reach the disk within guard; what names the last of them.
 
 // TestFailedFlushIsNeverAnswered: a flush that fails answers its callers
 // with the error, and what memory then holds but the disk may not (a

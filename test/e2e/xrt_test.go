@@ -19,6 +19,7 @@ import (
 	"github.com/fpga-dra/fpga-dra-driver/api/v1alpha1"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery"
 	"github.com/fpga-dra/fpga-dra-driver/pkg/discovery/simnode"
+	_ "github.com/fpga-dra/fpga-dra-driver/pkg/family/xrt" // the daemon's families: the model names it publishes
 )
 
 // The mixed node: the suite's Intel DFL cards and, hot-plugged by the
