@@ -350,55 +350,71 @@ func TestKubeletCallsBeforeFirstDiscovery(t *testing.T) {
 	}
 }
 
+// healthStatus is a device's health as the kubelet receives it.
+type healthStatus struct {
+	health  drahealthv1.HealthStatus
+	message string
+}
+
+// watchHealth starts a node of two cards whose driver re-sends health
+// every resend and opens the kubelet's health stream to it; next returns
+// the stream's next report, by device name.
+func watchHealth(t *testing.T, resend time.Duration) (n *testNode, next func() map[string]healthStatus) {
+	t.Helper()
+	n = startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}, configure: func(c *draplugin.Config) { c.HealthResend = resend }})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := n.healthClient(t).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, func() map[string]healthStatus {
+		t.Helper()
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("health stream: %v", err)
+		}
+		m := map[string]healthStatus{}
+		for _, d := range resp.Devices {
+			m[d.Device.DeviceName] = healthStatus{d.Health, d.Message}
+		}
+		return m
+	}
+}
+
 // TestHealthStreamResendsAndReportsRemovedDevices: the health stream is
 // re-sent without a change (the kubelet marks a device Unknown after its
 // timeout), and a hot-unplugged device is reported unhealthy, with the
 // reason, rather than silently dropped.
 func TestHealthStreamResendsAndReportsRemovedDevices(t *testing.T) {
-	n := startNode(t, nodeOptions{sim: simnode.Options{Cards: 2}, configure: func(c *draplugin.Config) { c.HealthResend = 50 * time.Millisecond }})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stream, err := n.healthClient(t).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type status struct {
-		health  drahealthv1.HealthStatus
-		message string
-	}
-	next := func() map[string]status {
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("health stream: %v", err)
+	t.Run("resent without a change", func(t *testing.T) {
+		_, next := watchHealth(t, 50*time.Millisecond)
+		first := next()
+		if second := next(); len(first) != 2 || !reflect.DeepEqual(first, second) {
+			t.Fatalf("reports without a change: %v then %v, want the same two devices twice", first, second)
 		}
-		m := map[string]status{}
-		for _, d := range resp.Devices {
-			m[d.Device.DeviceName] = status{d.Health, d.Message}
+	})
+	t.Run("removed device reported unhealthy", func(t *testing.T) {
+		// No resend during the test: every report after the first is sent
+		// for a change, so the one after the unplug is the rescan's.
+		// (Resends would pile up in the stream's buffer while the
+		// rescan runs, each one older than it.)
+		n, next := watchHealth(t, time.Hour)
+		healthy := healthStatus{health: drahealthv1.HealthStatus_HEALTHY}
+		if first := next(); len(first) != 2 || first["fpga-0000-01-00-0-p0"] != healthy || first["fpga-0000-02-00-0-p0"] != healthy {
+			t.Fatalf("before unplug: %v, want both ports healthy", first)
 		}
-		return m
-	}
-	first := next()
-	if second := next(); len(first) != 2 || !reflect.DeepEqual(first, second) {
-		t.Fatalf("reports without a change: %v then %v, want the same two devices twice", first, second)
-	}
-
-	removed := n.sim.Cards[1]
-	if err := n.sim.RemoveCard(removed); err != nil {
-		t.Fatal(err)
-	}
-	n.uevent("remove", strings.TrimPrefix(removed.Ports[0].SysfsPath, n.sim.Root+"/sys"), "dfl")
-	n.waitSlices(t, func(s []resourceapi.ResourceSlice) bool { return len(deviceNames(s)) == 1 })
-	// The slice shows the rescan, so the driver holds the new devices: at
-	// most the reports already on their way predate it.
-	var h map[string]status
-	for range 3 {
-		h = next()
+		removed := n.sim.Cards[1]
+		if err := n.sim.RemoveCard(removed); err != nil {
+			t.Fatal(err)
+		}
+		n.uevent("remove", strings.TrimPrefix(removed.Ports[0].SysfsPath, n.sim.Root+"/sys"), "dfl")
+		h := next()
 		gone := h["fpga-0000-02-00-0-p0"]
-		if gone.health == drahealthv1.HealthStatus_UNHEALTHY && strings.Contains(gone.message, "removed") && h["fpga-0000-01-00-0-p0"].health == drahealthv1.HealthStatus_HEALTHY {
-			return
+		if len(h) != 2 || gone.health != drahealthv1.HealthStatus_UNHEALTHY || !strings.Contains(gone.message, "removed") || h["fpga-0000-01-00-0-p0"] != healthy {
+			t.Fatalf("after unplug: %v, want card 2's port unhealthy as removed and card 1's healthy", h)
 		}
-	}
-	t.Fatalf("after unplug: %v, want card 2's port unhealthy as removed and card 1's healthy", h)
+	})
 }
 
 // sliceBackWithin is how soon a ResourceSlice of this node that someone
