@@ -113,17 +113,39 @@ const (
 // too) agrees with the API server on every one of them.
 func TestAcceleratorFunctionSchema(t *testing.T) {
 	v := newCRValidator(t, v1alpha1.AcceleratorFunctionKind)
-	af := func(name string, spec v1alpha1.AcceleratorFunctionSpec) *v1alpha1.AcceleratorFunction {
-		o := &v1alpha1.AcceleratorFunction{Spec: spec}
-		o.APIVersion, o.Kind, o.Name = v1alpha1.SchemeGroupVersion.String(), v1alpha1.AcceleratorFunctionKind, name
-		return o
+	for _, tc := range afSchemaCases() {
+		t.Run(tc.name, func(t *testing.T) { checkAFSchema(t, v, tc) })
 	}
-	tests := []struct {
-		name string
-		obj  *v1alpha1.AcceleratorFunction
-		// wantErr is a substring of the API server's error; empty: valid.
-		wantErr string
-	}{
+	for _, o := range decodeFile(t, "examples/logical-names/logical-names.yaml") {
+		if ex, ok := o.obj.(*v1alpha1.AcceleratorFunction); ok {
+			if errs := v.validate(t, ex); len(errs) > 0 {
+				t.Errorf("%s: the API server would reject the example: %v", o.where, errs.ToAggregate())
+			}
+			if errs := v1alpha1.ValidateAcceleratorFunction(ex); len(errs) > 0 {
+				t.Errorf("%s: the webhook would reject the example: %v", o.where, errs.ToAggregate())
+			}
+		}
+	}
+}
+
+// af returns an AcceleratorFunction named name with spec.
+func af(name string, spec v1alpha1.AcceleratorFunctionSpec) *v1alpha1.AcceleratorFunction {
+	o := &v1alpha1.AcceleratorFunction{Spec: spec}
+	o.APIVersion, o.Kind, o.Name = v1alpha1.SchemeGroupVersion.String(), v1alpha1.AcceleratorFunctionKind, name
+	return o
+}
+
+// afSchemaCase is an AcceleratorFunction and what the API server says of it.
+type afSchemaCase struct {
+	name string
+	obj  *v1alpha1.AcceleratorFunction
+	// wantErr is a substring of the API server's error; empty: valid.
+	wantErr string
+}
+
+// afSchemaCases lists objects the CRD accepts and one per rule it enforces.
+func afSchemaCases() []afSchemaCase {
+	return []afSchemaCase{
 		{name: "af mode defaulted", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID})},
 		{name: "region mode, every field", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, InterfaceID: ifID,
 			Mode: v1alpha1.ModeRegion, Bitstream: "a/.b.gbs", SHA256: sum, Description: "x"})},
@@ -181,36 +203,28 @@ func TestAcceleratorFunctionSchema(t *testing.T) {
 		{name: "description too long, not ASCII", obj: af("nlb0", v1alpha1.AcceleratorFunctionSpec{AFUID: afuID, Description: strings.Repeat("é", 1025)}),
 			wantErr: "spec.description: Too long"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			errs := v.validate(t, tc.obj)
-			if tc.wantErr == "" {
-				if len(errs) > 0 {
-					t.Fatalf("the API server would reject it: %v", errs.ToAggregate())
-				}
-			} else if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.wantErr) {
-				t.Fatalf("API server errors = %v, want one containing %q", errs.ToAggregate(), tc.wantErr)
-			}
-			// The webhook sees the object after defaulting.
-			defaulted := tc.obj.DeepCopy()
-			if defaulted.Spec.Mode == "" {
-				defaulted.Spec.Mode = v1alpha1.ModeAF
-			}
-			goErrs := v1alpha1.ValidateAcceleratorFunction(defaulted)
-			if (len(goErrs) == 0) != (len(errs) == 0) {
-				t.Errorf("the webhook and the CRD disagree:\nCRD:     %v\nwebhook: %v", errs.ToAggregate(), goErrs.ToAggregate())
-			}
-		})
-	}
-	for _, o := range decodeFile(t, "examples/logical-names/logical-names.yaml") {
-		if ex, ok := o.obj.(*v1alpha1.AcceleratorFunction); ok {
-			if errs := v.validate(t, ex); len(errs) > 0 {
-				t.Errorf("%s: the API server would reject the example: %v", o.where, errs.ToAggregate())
-			}
-			if errs := v1alpha1.ValidateAcceleratorFunction(ex); len(errs) > 0 {
-				t.Errorf("%s: the webhook would reject the example: %v", o.where, errs.ToAggregate())
-			}
+}
+
+// checkAFSchema checks that the API server judges tc.obj as tc.wantErr
+// says, and that the webhook, after defaulting, agrees.
+func checkAFSchema(t *testing.T, v *crValidator, tc afSchemaCase) {
+	t.Helper()
+	errs := v.validate(t, tc.obj)
+	if tc.wantErr == "" {
+		if len(errs) > 0 {
+			t.Fatalf("the API server would reject it: %v", errs.ToAggregate())
 		}
+	} else if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.wantErr) {
+		t.Fatalf("API server errors = %v, want one containing %q", errs.ToAggregate(), tc.wantErr)
+	}
+	// The webhook sees the object after defaulting.
+	defaulted := tc.obj.DeepCopy()
+	if defaulted.Spec.Mode == "" {
+		defaulted.Spec.Mode = v1alpha1.ModeAF
+	}
+	goErrs := v1alpha1.ValidateAcceleratorFunction(defaulted)
+	if (len(goErrs) == 0) != (len(errs) == 0) {
+		t.Errorf("the webhook and the CRD disagree:\nCRD:     %v\nwebhook: %v", errs.ToAggregate(), goErrs.ToAggregate())
 	}
 }
 

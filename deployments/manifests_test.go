@@ -162,8 +162,18 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 		t.Errorf("base DeviceClass selector = %s", got)
 	}
 
-	// The node daemon.
 	ds := findOne[*appsv1.DaemonSet](t, objs, "")
+	checkNodeDaemon(t, ds)
+	nodeSA := ds.Spec.Template.Spec.ServiceAccountName
+	checkNodeAccess(t, objs, ns, nodeSA)
+	checkControllerAndWebhook(t, objs, ns)
+	checkRollingUpdates(t, ds)
+}
+
+// checkNodeDaemon checks the node daemon's environment, privileges,
+// liveness probe and host paths.
+func checkNodeDaemon(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
 	node := ds.Spec.Template.Spec.Containers[0]
 	if e, ok := env(node, "NODE_NAME"); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 		t.Errorf("DaemonSet NODE_NAME = %+v, want the pod's spec.nodeName", e)
@@ -192,9 +202,13 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 		t.Errorf("DaemonSet host paths %v hold all of /var/lib/kubelet/plugins, want only the driver's own directory", hostPaths)
 	}
 	checkBitstreamCache(t, ds)
-	nodeSA := ds.Spec.Template.Spec.ServiceAccountName
+}
 
-	// Each node's driver writes only its own ResourceSlices.
+// checkNodeAccess checks what the node daemon's service account nodeSA in
+// namespace ns may do: each node's driver writes only its own
+// ResourceSlices.
+func checkNodeAccess(t *testing.T, objs []object, ns, nodeSA string) {
+	t.Helper()
 	vap := findOne[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "fpga-dra-driver-resourceslices")
 	if got, want := vap.Spec.MatchConditions[0].Expression, fmt.Sprintf(`request.userInfo.username == "system:serviceaccount:%s:%s"`, ns, nodeSA); got != want {
 		t.Errorf("ValidatingAdmissionPolicy matches %s, want %s", got, want)
@@ -228,8 +242,12 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 	if !bound {
 		t.Error("the node ClusterRole is not bound to the DaemonSet's service account")
 	}
+}
 
-	// The controller and its webhook.
+// checkControllerAndWebhook checks that the controller, its webhook
+// Service and configuration name each other, and the controller's RBAC.
+func checkControllerAndWebhook(t *testing.T, objs []object, ns string) {
+	t.Helper()
 	deploy := findOne[*appsv1.Deployment](t, objs, "")
 	ctrl := deploy.Spec.Template.Spec.Containers[0]
 	vwc := findOne[*admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "")
@@ -291,9 +309,13 @@ func TestRenderedChartFitsTogether(t *testing.T) {
 	if b := findOne[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs, "fpga-dra-driver-claim-route"); b.Spec.PolicyName != route.Name {
 		t.Errorf("claim-route binding names policy %s", b.Spec.PolicyName)
 	}
+}
 
-	// Rolling updates: the next pod starts beside the running one and its
-	// kubelet sockets carry its UID.
+// checkRollingUpdates checks that the next node daemon pod starts beside
+// the running one, its kubelet sockets carry its UID, and it stops within
+// its grace period.
+func checkRollingUpdates(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("DaemonSet update strategy %+v, want maxSurge 1, maxUnavailable 0", ds.Spec.UpdateStrategy.RollingUpdate)
 	}

@@ -757,36 +757,9 @@ func TestBinderRacesKubeletAndDeallocation(t *testing.T) {
 		if schedulerErr != nil {
 			t.Fatalf("round %d: %v", i, schedulerErr)
 		}
-		switch {
-		case kubeletErr != nil:
-			// The kubelet plugin helper read the claim deallocated.
-			if !strings.Contains(kubeletErr.Error(), "not allocated") {
-				t.Fatalf("round %d: the kubelet's prepare: %v", i, kubeletErr)
-			}
-		case kubelet.Claims[string(a.UID)] == nil:
-			t.Fatalf("round %d: the kubelet's prepare has no result for %s", i, a.Name)
-		case kubelet.Claims[string(a.UID)].Error == "":
-			if r := kubelet.Claims[string(a.UID)]; len(r.Devices) != 1 || len(r.Devices[0].CdiDeviceIds) == 0 {
-				t.Fatalf("round %d: the kubelet's prepare succeeded without handing out the device: %+v", i, r)
-			}
-		}
+		checkRacedPrepare(t, i, a, kubelet, kubeletErr)
 		// The kubelet unprepares what it prepared; the claims go.
-		for _, c := range []*resourceapi.ResourceClaim{a, b} {
-			for {
-				resp, err := dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{protoClaim(c)}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r := resp.Claims[string(c.UID)]; r.Error == "" {
-					break
-				} else if !strings.Contains(r.Error, "still releasing") && !strings.Contains(r.Error, "being released") {
-					t.Fatalf("round %d: unprepare %s: %s", i, c.Name, r.Error)
-				}
-			}
-			if err := bn.client.ResourceV1().ResourceClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Fatal(err)
-			}
-		}
+		unprepareAndDelete(t, bn, dra, i, a, b)
 		waitNothingHeld(t, bn.State, i)
 	}
 	if n := violations.Load(); n != 0 {
@@ -794,6 +767,50 @@ func TestBinderRacesKubeletAndDeallocation(t *testing.T) {
 	}
 	if o := bn.Programmer.Overlaps(); o != 0 {
 		t.Fatalf("the region was programmed twice at once %d times", o)
+	}
+}
+
+// checkRacedPrepare checks the kubelet's prepare of claim a in round i,
+// raced with a's deallocation: it failed because the claim was
+// deallocated, or it succeeded and handed out the device.
+func checkRacedPrepare(t *testing.T, i int, a *resourceapi.ResourceClaim, kubelet *drapbv1.NodePrepareResourcesResponse, kubeletErr error) {
+	t.Helper()
+	switch {
+	case kubeletErr != nil:
+		// The kubelet plugin helper read the claim deallocated.
+		if !strings.Contains(kubeletErr.Error(), "not allocated") {
+			t.Fatalf("round %d: the kubelet's prepare: %v", i, kubeletErr)
+		}
+	case kubelet.Claims[string(a.UID)] == nil:
+		t.Fatalf("round %d: the kubelet's prepare has no result for %s", i, a.Name)
+	case kubelet.Claims[string(a.UID)].Error == "":
+		if r := kubelet.Claims[string(a.UID)]; len(r.Devices) != 1 || len(r.Devices[0].CdiDeviceIds) == 0 {
+			t.Fatalf("round %d: the kubelet's prepare succeeded without handing out the device: %+v", i, r)
+		}
+	}
+}
+
+// unprepareAndDelete unprepares each claim through the kubelet's DRA
+// client, retrying while its region is still being released, then deletes
+// it.
+func unprepareAndDelete(t *testing.T, bn *bindingNode, dra drapbv1.DRAPluginClient, i int, claims ...*resourceapi.ResourceClaim) {
+	t.Helper()
+	ctx := context.Background()
+	for _, c := range claims {
+		for {
+			resp, err := dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{protoClaim(c)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := resp.Claims[string(c.UID)]; r.Error == "" {
+				break
+			} else if !strings.Contains(r.Error, "still releasing") && !strings.Contains(r.Error, "being released") {
+				t.Fatalf("round %d: unprepare %s: %s", i, c.Name, r.Error)
+			}
+		}
+		if err := bn.client.ResourceV1().ResourceClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -94,22 +94,10 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A tmpfs keeps the thousands of restarts quick; the checkpoint code
-	// is the same.
-	dir := t.TempDir()
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		if dir, err = os.MkdirTemp("/dev/shm", "fdra-damage-"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-	}
+	dir := damageDir(t)
 	cases := damages(pristine)
 	if testing.Short() {
-		var some []damage
-		for i := 0; i < len(cases); i += max(1, len(cases)/200) {
-			some = append(some, cases[i])
-		}
-		cases = some
+		cases = sampleDamages(cases)
 	}
 	quiet := klog.NewContext(ctx, klog.Background().V(100))
 	detected := 0
@@ -157,21 +145,51 @@ func TestCheckpointDamageNeverForgetsAClaim(t *testing.T) {
 		if len(report.Removed) != 0 {
 			t.Fatalf("%s: removed specs %v", d.name, report.Removed)
 		}
-		// Keep the next case's CDI directory to the two specs.
-		for _, uid := range mustList(t, n.CDI) {
-			if p := n.CDI.SpecPath(uid); specs[p] == nil {
-				os.Remove(p)
-			}
-		}
-		if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) > 0 {
-			for _, f := range aside {
-				os.Remove(f)
-			}
-		}
+		cleanAfterDamage(t, n.CDI, specs, path)
 	}
 	t.Logf("%d kinds of damage, %d detected as such (the rest hit bytes no reader uses)", len(cases), detected)
 	if detected == 0 {
 		t.Fatal("no damage was detected")
+	}
+}
+
+// damageDir returns a directory for the damaged checkpoints: on a tmpfs,
+// which keeps the thousands of restarts quick, when there is one; the
+// checkpoint code is the same.
+func damageDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if dir, err = os.MkdirTemp("/dev/shm", "fdra-damage-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	return dir
+}
+
+// sampleDamages returns about 200 of cases, spread evenly, for -short.
+func sampleDamages(cases []damage) []damage {
+	var some []damage
+	for i := 0; i < len(cases); i += max(1, len(cases)/200) {
+		some = append(some, cases[i])
+	}
+	return some
+}
+
+// cleanAfterDamage keeps the next case's CDI directory to the specs kept
+// in specs and removes the checkpoints set aside beside path.
+func cleanAfterDamage(t *testing.T, w *cdi.Writer, specs map[string][]byte, path string) {
+	t.Helper()
+	for _, uid := range mustList(t, w) {
+		if p := w.SpecPath(uid); specs[p] == nil {
+			os.Remove(p)
+		}
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) > 0 {
+		for _, f := range aside {
+			os.Remove(f)
+		}
 	}
 }
 

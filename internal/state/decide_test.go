@@ -135,54 +135,6 @@ func TestDecideDeviceHeldNamesHolder(t *testing.T) {
 // match (a field left empty matches every value); the rules are the
 // policy as decideDevice's documentation states it.
 func TestDecideDeviceProduct(t *testing.T) {
-	type combo struct {
-		mode, loaded, pin, boot, binding, programmable, held string
-	}
-	type outcome struct {
-		program bool
-		err     error
-	}
-	keep, program := outcome{}, outcome{program: true}
-	policy := []struct {
-		when []combo // any of them
-		then outcome
-	}{
-		{[]combo{{held: "held"}}, outcome{err: ErrDeviceHeld}},
-		{[]combo{{binding: "before-binding", loaded: "same"}}, keep},
-		{[]combo{{mode: "Never", loaded: "none"}, {mode: "Never", loaded: "other"}}, outcome{err: ErrAFUNotLoaded}},
-		{[]combo{{mode: "Never"}}, keep},
-		{[]combo{
-			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "same-boot"},
-			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "rebooted-found-loaded"},
-			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot"},
-			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "rebooted-found-loaded"},
-			{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "same-boot-programmed-before"},
-			{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot-programmed-before"},
-			{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "same-boot"},
-			{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "rebooted-found-loaded"},
-			{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "same-boot-programmed-before"},
-		}, keep},
-		{[]combo{{programmable: "forbidden"}}, outcome{err: ErrNotProgrammable}},
-		{[]combo{{}}, program},
-	}
-	matches := func(rule, c combo) bool {
-		field := func(r, v string) bool { return r == "" || r == v }
-		return field(rule.mode, c.mode) && field(rule.loaded, c.loaded) && field(rule.pin, c.pin) && field(rule.boot, c.boot) &&
-			field(rule.binding, c.binding) && field(rule.programmable, c.programmable) && field(rule.held, c.held)
-	}
-	expect := func(c combo) outcome {
-		for _, r := range policy {
-			for _, w := range r.when {
-				if matches(w, c) {
-					return r.then
-				}
-			}
-		}
-		t.Fatalf("no rule for %+v", c)
-		return outcome{}
-	}
-	modes := map[string]v1alpha1.ProgrammingPolicy{"Never": v1alpha1.ProgrammingNever, "Always": v1alpha1.ProgrammingAlways, "IfNeeded": v1alpha1.ProgrammingIfNeeded}
-	loaded := map[string]string{"none": "", "same": afuA, "other": afuB}
 	n := 0
 	for _, mode := range []string{"Never", "Always", "IfNeeded"} {
 		for _, load := range []string{"none", "same", "other"} {
@@ -194,38 +146,11 @@ func TestDecideDeviceProduct(t *testing.T) {
 						}
 						for _, programmable := range []string{"programmable", "forbidden"} {
 							for _, held := range []string{"free", "held"} {
-								c := combo{mode, load, pin, boot, binding, programmable, held}
-								cfg := &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: modes[mode]}
-								f := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceIDs: []string{ifID}, LoadedAFU: loaded[load], Programmable: programmable == "programmable", HaveProgrammer: true}
-								if pin == "pinned-loaded-here" || pin == "pinned-loaded-elsewhere" {
-									cfg.SHA256 = shaX
-								}
-								if pin == "pinned-loaded-here" || pin == "unpinned-loaded-here" {
-									f.LoadedSHA = shaX
-								}
-								f.Rebooted = boot == "rebooted-erased" || boot == "rebooted-found-loaded"
-								f.ProgrammedBefore = boot == "rebooted-erased" || boot == "same-boot-programmed-before"
-								f.ProgrammedForBinding = binding == "before-binding"
-								if held == "held" {
-									f.HeldBy = "default/other (uid-2)"
-								}
-								want := expect(c)
+								c := decideCombo{mode, load, pin, boot, binding, programmable, held}
+								cfg, f := c.input()
+								want := expectDecision(t, c)
 								name := strings.Join([]string{mode, load, pin, boot, binding, programmable, held}, "/")
-								t.Run(name, func(t *testing.T) {
-									got, err := decideDevice(cfg, f)
-									if want.err != nil {
-										if !errors.Is(err, want.err) {
-											t.Fatalf("error %v, want %v", err, want.err)
-										}
-										return
-									}
-									if err != nil {
-										t.Fatalf("error %v, want program=%v", err, want.program)
-									}
-									if got.Program != want.program || got.AFU != afuA {
-										t.Fatalf("plan %+v, want program=%v afu=%s", got, want.program, afuA)
-									}
-								})
+								t.Run(name, func(t *testing.T) { checkDecision(t, cfg, f, want) })
 								n++
 							}
 						}
@@ -236,5 +161,107 @@ func TestDecideDeviceProduct(t *testing.T) {
 	}
 	if n != 3*3*4*(4+2)*2*2 {
 		t.Fatalf("%d combinations, want the whole product", n)
+	}
+}
+
+// decideCombo is one combination of TestDecideDeviceProduct, a value per
+// dimension; in a rule of decidePolicy, an empty field matches every value.
+type decideCombo struct {
+	mode, loaded, pin, boot, binding, programmable, held string
+}
+
+// decideOutcome is what decideDevice must do: program, keep, or fail with
+// err.
+type decideOutcome struct {
+	program bool
+	err     error
+}
+
+// decideKeep keeps what the device holds; decideProgram programs it.
+var decideKeep, decideProgram = decideOutcome{}, decideOutcome{program: true}
+
+// decidePolicy is the policy as decideDevice's documentation states it:
+// the first rule one of whose combinations matches decides.
+var decidePolicy = []struct {
+	when []decideCombo // any of them
+	then decideOutcome
+}{
+	{[]decideCombo{{held: "held"}}, decideOutcome{err: ErrDeviceHeld}},
+	{[]decideCombo{{binding: "before-binding", loaded: "same"}}, decideKeep},
+	{[]decideCombo{{mode: "Never", loaded: "none"}, {mode: "Never", loaded: "other"}}, decideOutcome{err: ErrAFUNotLoaded}},
+	{[]decideCombo{{mode: "Never"}}, decideKeep},
+	{[]decideCombo{
+		{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "same-boot"},
+		{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "rebooted-found-loaded"},
+		{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot"},
+		{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "rebooted-found-loaded"},
+		{mode: "IfNeeded", loaded: "same", pin: "unpinned", boot: "same-boot-programmed-before"},
+		{mode: "IfNeeded", loaded: "same", pin: "pinned-loaded-here", boot: "same-boot-programmed-before"},
+		{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "same-boot"},
+		{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "rebooted-found-loaded"},
+		{mode: "IfNeeded", loaded: "same", pin: "unpinned-loaded-here", boot: "same-boot-programmed-before"},
+	}, decideKeep},
+	{[]decideCombo{{programmable: "forbidden"}}, decideOutcome{err: ErrNotProgrammable}},
+	{[]decideCombo{{}}, decideProgram},
+}
+
+// matches reports whether rule, a combination of decidePolicy, matches c.
+func (rule decideCombo) matches(c decideCombo) bool {
+	field := func(r, v string) bool { return r == "" || r == v }
+	return field(rule.mode, c.mode) && field(rule.loaded, c.loaded) && field(rule.pin, c.pin) && field(rule.boot, c.boot) &&
+		field(rule.binding, c.binding) && field(rule.programmable, c.programmable) && field(rule.held, c.held)
+}
+
+// expectDecision returns the outcome of the first rule of decidePolicy
+// that matches c.
+func expectDecision(t *testing.T, c decideCombo) decideOutcome {
+	t.Helper()
+	for _, r := range decidePolicy {
+		for _, w := range r.when {
+			if w.matches(c) {
+				return r.then
+			}
+		}
+	}
+	t.Fatalf("no rule for %+v", c)
+	return decideOutcome{}
+}
+
+// input returns the claim's config and the device's facts that c names.
+func (c decideCombo) input() (*v1alpha1.FpgaConfig, deviceFacts) {
+	modes := map[string]v1alpha1.ProgrammingPolicy{"Never": v1alpha1.ProgrammingNever, "Always": v1alpha1.ProgrammingAlways, "IfNeeded": v1alpha1.ProgrammingIfNeeded}
+	loaded := map[string]string{"none": "", "same": afuA, "other": afuB}
+	cfg := &v1alpha1.FpgaConfig{AFUID: afuA, InterfaceID: ifID, Programming: modes[c.mode]}
+	f := deviceFacts{Device: "fpga-0000-01-00-0-p0", InterfaceIDs: []string{ifID}, LoadedAFU: loaded[c.loaded], Programmable: c.programmable == "programmable", HaveProgrammer: true}
+	if c.pin == "pinned-loaded-here" || c.pin == "pinned-loaded-elsewhere" {
+		cfg.SHA256 = shaX
+	}
+	if c.pin == "pinned-loaded-here" || c.pin == "unpinned-loaded-here" {
+		f.LoadedSHA = shaX
+	}
+	f.Rebooted = c.boot == "rebooted-erased" || c.boot == "rebooted-found-loaded"
+	f.ProgrammedBefore = c.boot == "rebooted-erased" || c.boot == "same-boot-programmed-before"
+	f.ProgrammedForBinding = c.binding == "before-binding"
+	if c.held == "held" {
+		f.HeldBy = "default/other (uid-2)"
+	}
+	return cfg, f
+}
+
+// checkDecision checks that decideDevice decides want for cfg and f.
+func checkDecision(t *testing.T, cfg *v1alpha1.FpgaConfig, f deviceFacts, want decideOutcome) {
+	t.Helper()
+	got, err := decideDevice(cfg, f)
+	if want.err != nil {
+		if !errors.Is(err, want.err) {
+			t.Fatalf("error %v, want %v", err, want.err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("error %v, want program=%v", err, want.program)
+	}
+	if got.Program != want.program || got.AFU != afuA {
+		t.Fatalf("plan %+v, want program=%v afu=%s", got, want.program, afuA)
 	}
 }

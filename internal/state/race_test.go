@@ -119,39 +119,91 @@ func rounds(t *testing.T, n int) int {
 // checkpoint on disk agree, and that no region finished programming for a
 // holder that had lost it.
 func TestRaceEntryPoints(t *testing.T) {
-	ctx := context.Background()
-	a, b := holder("a"), holder("b")
-	l1, l2 := legacy("one"), legacy("two")
-	newAFU := ask(testnode.NewAFU, v1alpha1.ProgrammingAlways)
-	secondAFU := ask(testnode.SecondAFU, v1alpha1.ProgrammingAlways)
-	// allocateL1 gives the device to the legacy allocation l1.
-	allocateL1 := func(t *testing.T, r *racingNode) {
-		if _, err := r.State.Prepare(ctx, l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
-			t.Fatal(err)
-		}
+	f := newRacers()
+	for _, tc := range slices.Concat(f.claimRaces(), f.legacyRaces(), f.releaseRaces(), f.hookRaces()) {
+		t.Run(tc.name, func(t *testing.T) { runRace(t, tc) })
 	}
-	// prepareAndUnprepare races a prepare of claim a without programming
-	// with its unprepare; releasedOrPrepared checks their answers.
-	prepareAndUnprepare := func(r *racingNode) (error, error) {
-		return race(
-			func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); return err },
-			func() error { return r.State.Unprepare(ctx, a.UID) })
-	}
-	releasedOrPrepared := func(t *testing.T, r *racingNode, errP, errU error) {
-		if errU != nil {
-			t.Fatalf("unprepare: %v", errU)
+}
+
+// raceCase is one race: setup runs before each round, run races two entry
+// points and check judges their errors.
+type raceCase struct {
+	name   string
+	rounds int
+	setup  func(t *testing.T, r *racingNode)
+	run    func(r *racingNode) (error, error)
+	check  func(t *testing.T, r *racingNode, errA, errB error)
+}
+
+// runRace runs tc's rounds on a new node and checks after each that the
+// state is consistent and no region was programmed for a lost holder.
+func runRace(t *testing.T, tc raceCase) {
+	r := newRacingNode(t)
+	for i := range rounds(t, tc.rounds) {
+		if tc.setup != nil {
+			tc.setup(t, r)
 		}
-		if errP != nil && !errors.Is(errP, state.ErrReleasing) {
-			t.Fatalf("prepare racing its unprepare: %v", errP)
+		errA, errB := tc.run(r)
+		tc.check(t, r, errA, errB)
+		checkConsistent(t, r.Node)
+		if v := r.violations.Load(); v > 0 {
+			t.Fatalf("round %d: %v", i, r.lastBad.Load())
 		}
+		r.release(t)
 	}
-	for _, tc := range []struct {
-		name   string
-		rounds int
-		setup  func(t *testing.T, r *racingNode)
-		run    func(r *racingNode) (error, error)
-		check  func(t *testing.T, r *racingNode, errA, errB error)
-	}{{
+	if o := r.Programmer.Overlaps(); o > 0 {
+		t.Fatalf("a region was programmed twice at once %d times", o)
+	}
+}
+
+// racers are the holders, configs and context the races use.
+type racers struct {
+	ctx               context.Context
+	a, b, l1, l2      state.Holder
+	newAFU, secondAFU *v1alpha1.FpgaConfig
+}
+
+func newRacers() racers {
+	return racers{
+		ctx:       context.Background(),
+		a:         holder("a"),
+		b:         holder("b"),
+		l1:        legacy("one"),
+		l2:        legacy("two"),
+		newAFU:    ask(testnode.NewAFU, v1alpha1.ProgrammingAlways),
+		secondAFU: ask(testnode.SecondAFU, v1alpha1.ProgrammingAlways),
+	}
+}
+
+// allocateL1 gives the device to the legacy allocation l1.
+func (f racers) allocateL1(t *testing.T, r *racingNode) {
+	if _, err := r.State.Prepare(f.ctx, f.l1, request(r.dev, nil), r.devs, state.Supersede(isLegacy)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// prepareAndUnprepare races a prepare of claim a without programming
+// with its unprepare; releasedOrPrepared checks their answers.
+func (f racers) prepareAndUnprepare(r *racingNode) (error, error) {
+	return race(
+		func() error { _, err := r.State.Prepare(f.ctx, f.a, request(r.dev, nil), r.devs); return err },
+		func() error { return r.State.Unprepare(f.ctx, f.a.UID) })
+}
+
+func releasedOrPrepared(t *testing.T, r *racingNode, errP, errU error) {
+	if errU != nil {
+		t.Fatalf("unprepare: %v", errU)
+	}
+	if errP != nil && !errors.Is(errP, state.ErrReleasing) {
+		t.Fatalf("prepare racing its unprepare: %v", errP)
+	}
+}
+
+// claimRaces races prepares of claims, with and without programming and
+// before binding, against each other.
+func (f racers) claimRaces() []raceCase {
+	ctx, a, b, newAFU, secondAFU := f.ctx, f.a, f.b, f.newAFU, f.secondAFU
+	return []raceCase{{
 		name: "two claims prepare one device", rounds: 2000,
 		run: func(r *racingNode) (error, error) {
 			return race(
@@ -230,7 +282,14 @@ func TestRaceEntryPoints(t *testing.T) {
 				t.Fatalf("%s is %q with AFU %s after both, want %s with %s", a.UID, rec.Phase, afuID(t, r.Node, r.dev), state.PhaseCompleted, testnode.NewAFU)
 			}
 		},
-	}, {
+	}}
+}
+
+// legacyRaces races legacy allocations against claims, each other and
+// their own release.
+func (f racers) legacyRaces() []raceCase {
+	ctx, a, l1, l2 := f.ctx, f.a, f.l1, f.l2
+	return []raceCase{{
 		name: "a claim and a legacy allocation", rounds: 300,
 		run: func(r *racingNode) (error, error) {
 			return race(
@@ -243,7 +302,7 @@ func TestRaceEntryPoints(t *testing.T) {
 		check: func(t *testing.T, r *racingNode, errA, errB error) { oneWinner(t, r, a, l1, errA, errB) },
 	}, {
 		name: "a legacy allocation supersedes another while a claim asks", rounds: 300,
-		setup: allocateL1,
+		setup: f.allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {
@@ -261,34 +320,8 @@ func TestRaceEntryPoints(t *testing.T) {
 			}
 		},
 	}, {
-		name: "prepare and unprepare of one claim", rounds: 300,
-		run: func(r *racingNode) (error, error) {
-			return race(
-				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err },
-				func() error { return r.State.Unprepare(ctx, a.UID) })
-		},
-		check: func(t *testing.T, r *racingNode, errP, errU error) {
-			if errU != nil {
-				t.Fatalf("unprepare: %v", errU)
-			}
-			if errP != nil && !errors.Is(errP, state.ErrReleasing) && !strings.Contains(errP.Error(), "unprepared before programming started") {
-				t.Fatalf("prepare racing its unprepare: %v", errP)
-			}
-		},
-	}, {
-		name: "prepare without programming and unprepare of one claim", rounds: 2000,
-		run: prepareAndUnprepare, check: releasedOrPrepared,
-	}, {
-		name: "a prepared claim prepared again and unprepared at once", rounds: 1500,
-		setup: func(t *testing.T, r *racingNode) {
-			if _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); err != nil {
-				t.Fatal(err)
-			}
-		},
-		run: prepareAndUnprepare, check: releasedOrPrepared,
-	}, {
 		name: "a legacy allocation allocated again while another supersedes it", rounds: 1500,
-		setup: allocateL1,
+		setup: f.allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {
@@ -312,7 +345,7 @@ func TestRaceEntryPoints(t *testing.T) {
 		},
 	}, {
 		name: "a legacy allocation allocated again while its release is decided", rounds: 1500,
-		setup: allocateL1,
+		setup: f.allocateL1,
 		run: func(r *racingNode) (error, error) {
 			v := r.State.Version(l1.UID) // read before the evidence, as the stale releaser does
 			return race(
@@ -335,6 +368,39 @@ func TestRaceEntryPoints(t *testing.T) {
 				t.Fatalf("allocation answered %v, device held by it: %v (release: %v)", errP, held, errU)
 			}
 		},
+	}}
+}
+
+// releaseRaces races unprepares against prepares of the same or another
+// claim.
+func (f racers) releaseRaces() []raceCase {
+	ctx, a, b, newAFU, secondAFU := f.ctx, f.a, f.b, f.newAFU, f.secondAFU
+	return []raceCase{{
+		name: "prepare and unprepare of one claim", rounds: 300,
+		run: func(r *racingNode) (error, error) {
+			return race(
+				func() error { _, err := r.State.Prepare(ctx, a, request(r.dev, newAFU), r.devs); return err },
+				func() error { return r.State.Unprepare(ctx, a.UID) })
+		},
+		check: func(t *testing.T, r *racingNode, errP, errU error) {
+			if errU != nil {
+				t.Fatalf("unprepare: %v", errU)
+			}
+			if errP != nil && !errors.Is(errP, state.ErrReleasing) && !strings.Contains(errP.Error(), "unprepared before programming started") {
+				t.Fatalf("prepare racing its unprepare: %v", errP)
+			}
+		},
+	}, {
+		name: "prepare without programming and unprepare of one claim", rounds: 2000,
+		run: f.prepareAndUnprepare, check: releasedOrPrepared,
+	}, {
+		name: "a prepared claim prepared again and unprepared at once", rounds: 1500,
+		setup: func(t *testing.T, r *racingNode) {
+			if _, err := r.State.Prepare(ctx, a, request(r.dev, nil), r.devs); err != nil {
+				t.Fatal(err)
+			}
+		},
+		run: f.prepareAndUnprepare, check: releasedOrPrepared,
 	}, {
 		name: "unprepare of the holder and prepare of another claim", rounds: 300,
 		setup: func(t *testing.T, r *racingNode) {
@@ -358,9 +424,16 @@ func TestRaceEntryPoints(t *testing.T) {
 				t.Fatalf("b: %v; holder %q: want b refused naming a, and a released", errB, got)
 			}
 		},
-	}, {
+	}}
+}
+
+// hookRaces races the programming hook against the unprepare of its
+// holder and a superseding allocation.
+func (f racers) hookRaces() []raceCase {
+	ctx, l1, l2 := f.ctx, f.l1, f.l2
+	return []raceCase{{
 		name: "the programming hook and the holder's unprepare", rounds: 300,
-		setup: allocateL1,
+		setup: f.allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {
@@ -379,7 +452,7 @@ func TestRaceEntryPoints(t *testing.T) {
 		},
 	}, {
 		name: "the programming hook and a superseding allocation", rounds: 300,
-		setup: allocateL1,
+		setup: f.allocateL1,
 		run: func(r *racingNode) (error, error) {
 			return race(
 				func() error {
@@ -401,24 +474,5 @@ func TestRaceEntryPoints(t *testing.T) {
 				t.Fatalf("programming hook: %v", errP)
 			}
 		},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRacingNode(t)
-			for i := range rounds(t, tc.rounds) {
-				if tc.setup != nil {
-					tc.setup(t, r)
-				}
-				errA, errB := tc.run(r)
-				tc.check(t, r, errA, errB)
-				checkConsistent(t, r.Node)
-				if v := r.violations.Load(); v > 0 {
-					t.Fatalf("round %d: %v", i, r.lastBad.Load())
-				}
-				r.release(t)
-			}
-			if o := r.Programmer.Overlaps(); o > 0 {
-				t.Fatalf("a region was programmed twice at once %d times", o)
-			}
-		})
-	}
+	}}
 }
