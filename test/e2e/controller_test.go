@@ -29,6 +29,17 @@ import (
 func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 	requireCluster(t)
 	ctx := context.Background()
+	afs := createAcceleratorFunction(t, ctx)
+	ns := namespace(t, "e2e-controller")
+	checkFirstAvailableLoaded(t, ctx, ns)
+	checkExtendedResourcePod(t, ctx, ns)
+	checkAcceleratorFunctionLifecycle(t, ctx, afs)
+}
+
+// createAcceleratorFunction starts the controller unless the chart runs it,
+// creates AcceleratorFunction nlb0 and waits for its two DeviceClasses.
+func createAcceleratorFunction(t *testing.T, ctx context.Context) dynamic.ResourceInterface {
+	t.Helper()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +73,13 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 		}
 		return true
 	})
+	return afs
+}
 
-	ns := namespace(t, "e2e-controller")
+// checkFirstAvailableLoaded runs a probe pod whose claim lists a loaded port
+// before a programmable one and checks it gets the loaded port unprogrammed.
+func checkFirstAvailableLoaded(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nlb0"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
@@ -91,6 +107,12 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 	if n := programmedEvents(t, claim); n != 0 {
 		t.Fatalf("a loaded function was programmed %d times", n)
 	}
+}
+
+// checkExtendedResourcePod runs a pod asking for the function's extended
+// resource and checks the class serves it through DRA.
+func checkExtendedResourcePod(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
 	// A pod spec written for the device plugin asks for the function's
 	// extended resource; the class serves it through DRA.
 	resource, err := extresource.AFName(simnode.DefaultInterfaceID, simnode.DefaultAFUID)
@@ -112,7 +134,12 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, running.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
 
+// checkAcceleratorFunctionLifecycle checks nlb0's status counts devices, an
+// update reaches its DeviceClass and deleting it removes its classes.
+func checkAcceleratorFunctionLifecycle(t *testing.T, ctx context.Context, afs dynamic.ResourceInterface) {
+	t.Helper()
 	eventually(t, "AcceleratorFunction status counts devices", 60*time.Second, func() bool {
 		got, err := afs.Get(ctx, "nlb0", metav1.GetOptions{})
 		if err != nil {
