@@ -210,23 +210,7 @@ func Test10BitstreamsFromOCIRegistries(t *testing.T) {
 	})
 
 	t.Run("tag without digest: refused at admission", func(t *testing.T) {
-		ns := namespace(t, "e2e-oci-tag")
-		tag, _, _ := strings.Cut(loopback.Ref, "@")
-		err := createConfiguredClaim(ns, "tag", driverName,
-			fmt.Sprintf(`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":%q,"bitstreamRef":%q}`, ociAFU, tag))
-		if err == nil || !containsAll(err.Error(), []string{"denied", "spec.devices.config[0].opaque.parameters.bitstreamRef", "has no digest"}) {
-			t.Fatalf("a claim naming the tag %s: %v, want a refusal naming the field and the missing digest", tag, err)
-		}
-		af := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "AcceleratorFunction",
-			"metadata": map[string]any{"name": "e2e-oci-tag"},
-			"spec":     map[string]any{"afuID": ociAFU, "interfaceID": simnode.DefaultInterfaceID, "mode": "region", "bitstreamRef": tag},
-		}}
-		afs := acceleratorFunctions(t)
-		if _, err := afs.Create(ctx, af, metav1.CreateOptions{}); err == nil || !containsAll(err.Error(), []string{"spec.bitstreamRef", "must be pinned by digest"}) {
-			_ = afs.Delete(ctx, "e2e-oci-tag", metav1.DeleteOptions{})
-			t.Fatalf("an AcceleratorFunction naming the tag %s: %v, want a refusal naming the field and the digest", tag, err)
-		}
+		tagRefusedAtAdmission(t, ctx, loopback)
 	})
 
 	t.Run("registry stopped: the cached copy is used, an uncached bitstream fails clearly", func(t *testing.T) {
@@ -243,34 +227,64 @@ func Test10BitstreamsFromOCIRegistries(t *testing.T) {
 	})
 
 	t.Run("password and own CA: refused without, programmed once the node has the credentials and the CA", func(t *testing.T) {
-		ns := namespace(t, "e2e-oci-auth")
-		claimTemplate(t, ns, "private", "e2e-oci", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: ociAuthAFU, BitstreamRef: secret.Ref})))
-		claimTemplate(t, ns, "tls", "e2e-oci", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: ociTLSAFU, BitstreamRef: ownCA.Ref})))
-		probePod(t, ns, "without-credentials", "private")
-		probePod(t, ns, "without-ca", "tls")
-		claimWarning(t, ns, "without-credentials", "requires credentials", private.Host, "--registry-config")
-		claimWarning(t, ns, "without-ca", "certificate is not trusted", tlsRegistry.Host, "--registry-ca-file")
-		// The kubelet would retry these pods only at its next periodic
-		// sync (about a minute): new pods show the node's access at work.
-		for _, pod := range []string{"without-credentials", "without-ca"} {
-			if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		auths, err := os.ReadFile(credentials)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca, err := os.ReadFile(tlsRegistry.CAFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Node-level access: Secrets of the driver's namespace, mounted by
-		// the chart.
-		setRegistryAccess(t, localcluster.RegistryAccess{Insecure: []string{public.Host, private.Host}, Credentials: auths, CA: ca})
-		probePod(t, ns, "with-credentials", "private")
-		probePod(t, ns, "with-ca", "tls")
-		programmedFrom(t, ns, "with-credentials", ociAuthAFU, secret.Ref)
-		programmedFrom(t, ns, "with-ca", ociTLSAFU, ownCA.Ref)
+		registryAccessFromNode(t, ctx, public, private, tlsRegistry, credentials, secret, ownCA)
 	})
+}
+
+// tagRefusedAtAdmission checks a claim and an AcceleratorFunction naming
+// loopback by tag alone are refused, naming the field and the digest.
+func tagRefusedAtAdmission(t *testing.T, ctx context.Context, loopback pushed) {
+	t.Helper()
+	ns := namespace(t, "e2e-oci-tag")
+	tag, _, _ := strings.Cut(loopback.Ref, "@")
+	err := createConfiguredClaim(ns, "tag", driverName,
+		fmt.Sprintf(`{"apiVersion":"fpga.dra.dev/v1alpha1","kind":"FpgaConfig","afuID":%q,"bitstreamRef":%q}`, ociAFU, tag))
+	if err == nil || !containsAll(err.Error(), []string{"denied", "spec.devices.config[0].opaque.parameters.bitstreamRef", "has no digest"}) {
+		t.Fatalf("a claim naming the tag %s: %v, want a refusal naming the field and the missing digest", tag, err)
+	}
+	af := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "AcceleratorFunction",
+		"metadata": map[string]any{"name": "e2e-oci-tag"},
+		"spec":     map[string]any{"afuID": ociAFU, "interfaceID": simnode.DefaultInterfaceID, "mode": "region", "bitstreamRef": tag},
+	}}
+	afs := acceleratorFunctions(t)
+	if _, err := afs.Create(ctx, af, metav1.CreateOptions{}); err == nil || !containsAll(err.Error(), []string{"spec.bitstreamRef", "must be pinned by digest"}) {
+		_ = afs.Delete(ctx, "e2e-oci-tag", metav1.DeleteOptions{})
+		t.Fatalf("an AcceleratorFunction naming the tag %s: %v, want a refusal naming the field and the digest", tag, err)
+	}
+}
+
+// registryAccessFromNode checks the private and own-CA bitstreams fail
+// clearly without the node's credentials and CA, and program once it has them.
+func registryAccessFromNode(t *testing.T, ctx context.Context, public, private, tlsRegistry *registrytest.Registry, credentials string, secret, ownCA pushed) {
+	t.Helper()
+	ns := namespace(t, "e2e-oci-auth")
+	claimTemplate(t, ns, "private", "e2e-oci", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: ociAuthAFU, BitstreamRef: secret.Ref})))
+	claimTemplate(t, ns, "tls", "e2e-oci", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: ociTLSAFU, BitstreamRef: ownCA.Ref})))
+	probePod(t, ns, "without-credentials", "private")
+	probePod(t, ns, "without-ca", "tls")
+	claimWarning(t, ns, "without-credentials", "requires credentials", private.Host, "--registry-config")
+	claimWarning(t, ns, "without-ca", "certificate is not trusted", tlsRegistry.Host, "--registry-ca-file")
+	// The kubelet would retry these pods only at its next periodic
+	// sync (about a minute): new pods show the node's access at work.
+	for _, pod := range []string{"without-credentials", "without-ca"} {
+		if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auths, err := os.ReadFile(credentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(tlsRegistry.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Node-level access: Secrets of the driver's namespace, mounted by
+	// the chart.
+	setRegistryAccess(t, localcluster.RegistryAccess{Insecure: []string{public.Host, private.Host}, Credentials: auths, CA: ca})
+	probePod(t, ns, "with-credentials", "private")
+	probePod(t, ns, "with-ca", "tls")
+	programmedFrom(t, ns, "with-credentials", ociAuthAFU, secret.Ref)
+	programmedFrom(t, ns, "with-ca", ociTLSAFU, ownCA.Ref)
 }
