@@ -264,6 +264,17 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 	claimTemplate(t, ns, "slow", "e2e-bind-region", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: localcluster.SlowAFUID})))
 	claimTemplate(t, ns, "default", "e2e-bind-default", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: simnode.DefaultAFUID, Programming: v1alpha1.ProgrammingNever})))
 	claimTemplate(t, ns, "second", "e2e-bind-second", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: simnode.SecondAFUID, Programming: v1alpha1.ProgrammingNever})))
+	restoreRegionsAtEnd(t)
+	failing := upgradeWithRegionInUse(t, ctx, ns, claims)
+	programmingFailsOnFirstRegion(t, ns, claims, failing)
+	programmingLongerThanKubelet(t, ctx, ns)
+	bindingConditionsOff(t, ctx, ns)
+}
+
+// restoreRegionsAtEnd records the regions' functions and registers cleanups
+// that put them back and restore the chart values.
+func restoreRegionsAtEnd(t *testing.T) {
+	t.Helper()
 	// The regions' functions as the other tests expect them, put back at
 	// the end (after the pods are gone, before the daemon restarts).
 	loaded := map[*simnode.Port]string{}
@@ -300,7 +311,12 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 			}
 		}
 	})
+}
 
+// upgradeWithRegionInUse upgrades the chart while a programmed region is in
+// use and returns the region whose programming the upgraded driver fails.
+func upgradeWithRegionInUse(t *testing.T, ctx context.Context, ns string, claims *claimLog) string {
+	t.Helper()
 	// 1. Upgrade with a programmed region in use.
 	probePod(t, ns, "holder", "sample")
 	view, held, holderClaim := runningProbe(t, ns, "holder")
@@ -352,7 +368,13 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 	t.Logf("upgrade: holder on %s kept running; pods prepared during (%s) and after (%s)", held, duringDevice, afterDevice)
 	deletePod(t, ns, "during")
 	deletePod(t, ns, "after")
+	return failing
+}
 
+// programmingFailsOnFirstRegion checks a pod runs on another region when
+// programming fails on failing, with the failure on the claim.
+func programmingFailsOnFirstRegion(t *testing.T, ns string, claims *claimLog, failing string) {
+	t.Helper()
 	// 2. Programming fails on the first region the scheduler picks.
 	probePod(t, ns, "retry", "sample")
 	_, retryDevice, retryClaim := runningProbe(t, ns, "retry")
@@ -366,7 +388,12 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 		t.Errorf("no ProgrammingFailed event on claim %s", retryClaim.Name)
 	}
 	t.Logf("failure: %s failed, the scheduler allocated %s; conditions seen %v", failing, retryDevice, claims.of(retryClaim.Name))
+}
 
+// programmingLongerThanKubelet checks a claim whose programming outlasts the
+// kubelet's prepare timeout ends ready with its status data.
+func programmingLongerThanKubelet(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
 	// 3. Programming longer than the kubelet's 45 s.
 	probePod(t, ns, "slow", "slow")
 	slowPod, err := cluster.WaitPodRunning(ctx, ns, "slow", 3*time.Minute)
@@ -394,9 +421,14 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 	for _, p := range []string{"holder", "retry", "slow"} {
 		deletePod(t, ns, p)
 	}
+}
 
+// bindingConditionsOff checks that with binding conditions off in the API
+// server the region is programmed in the kubelet's prepare.
+func bindingConditionsOff(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
 	// 4. Binding conditions off in the API server.
-	wait, err = node.UpgradeChart(ctx, "", "{}")
+	wait, err := node.UpgradeChart(ctx, "", "{}")
 	if err == nil {
 		err = wait(ctx)
 	}
