@@ -274,7 +274,6 @@ func Test11ProgrammingBeforeBinding(t *testing.T) {
 // restoreRegionsAtEnd records the regions' functions and registers cleanups
 // that put them back and restore the chart values.
 func restoreRegionsAtEnd(t *testing.T) {
-	t.Helper()
 	// The regions' functions as the other tests expect them, put back at
 	// the end (after the pods are gone, before the daemon restarts).
 	loaded := map[*simnode.Port]string{}
@@ -316,7 +315,6 @@ func restoreRegionsAtEnd(t *testing.T) {
 // upgradeWithRegionInUse upgrades the chart while a programmed region is in
 // use and returns the region whose programming the upgraded driver fails.
 func upgradeWithRegionInUse(t *testing.T, ctx context.Context, ns string, claims *claimLog) string {
-	t.Helper()
 	// 1. Upgrade with a programmed region in use.
 	probePod(t, ns, "holder", "sample")
 	view, held, holderClaim := runningProbe(t, ns, "holder")
@@ -374,7 +372,6 @@ func upgradeWithRegionInUse(t *testing.T, ctx context.Context, ns string, claims
 // programmingFailsOnFirstRegion checks a pod runs on another region when
 // programming fails on failing, with the failure on the claim.
 func programmingFailsOnFirstRegion(t *testing.T, ns string, claims *claimLog, failing string) {
-	t.Helper()
 	// 2. Programming fails on the first region the scheduler picks.
 	probePod(t, ns, "retry", "sample")
 	_, retryDevice, retryClaim := runningProbe(t, ns, "retry")
@@ -393,7 +390,6 @@ func programmingFailsOnFirstRegion(t *testing.T, ns string, claims *claimLog, fa
 // programmingLongerThanKubelet checks a claim whose programming outlasts the
 // kubelet's prepare timeout ends ready with its status data.
 func programmingLongerThanKubelet(t *testing.T, ctx context.Context, ns string) {
-	t.Helper()
 	// 3. Programming longer than the kubelet's 45 s.
 	probePod(t, ns, "slow", "slow")
 	slowPod, err := cluster.WaitPodRunning(ctx, ns, "slow", 3*time.Minute)
@@ -426,7 +422,6 @@ func programmingLongerThanKubelet(t *testing.T, ctx context.Context, ns string) 
 // bindingConditionsOff checks that with binding conditions off in the API
 // server the region is programmed in the kubelet's prepare.
 func bindingConditionsOff(t *testing.T, ctx context.Context, ns string) {
-	t.Helper()
 	// 4. Binding conditions off in the API server.
 	wait, err := node.UpgradeChart(ctx, "", "{}")
 	if err == nil {

@@ -39,7 +39,6 @@ func Test8AcceleratorFunctionFirstAvailable(t *testing.T) {
 // createAcceleratorFunction starts the controller unless the chart runs it,
 // creates AcceleratorFunction nlb0 and waits for its two DeviceClasses.
 func createAcceleratorFunction(t *testing.T, ctx context.Context) dynamic.ResourceInterface {
-	t.Helper()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +78,6 @@ func createAcceleratorFunction(t *testing.T, ctx context.Context) dynamic.Resour
 // checkFirstAvailableLoaded runs a probe pod whose claim lists a loaded port
 // before a programmable one and checks it gets the loaded port unprogrammed.
 func checkFirstAvailableLoaded(t *testing.T, ctx context.Context, ns string) {
-	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nlb0"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
@@ -112,7 +110,6 @@ func checkFirstAvailableLoaded(t *testing.T, ctx context.Context, ns string) {
 // checkExtendedResourcePod runs a pod asking for the function's extended
 // resource and checks the class serves it through DRA.
 func checkExtendedResourcePod(t *testing.T, ctx context.Context, ns string) {
-	t.Helper()
 	// A pod spec written for the device plugin asks for the function's
 	// extended resource; the class serves it through DRA.
 	resource, err := extresource.AFName(simnode.DefaultInterfaceID, simnode.DefaultAFUID)
@@ -139,7 +136,6 @@ func checkExtendedResourcePod(t *testing.T, ctx context.Context, ns string) {
 // checkAcceleratorFunctionLifecycle checks nlb0's status counts devices, an
 // update reaches its DeviceClass and deleting it removes its classes.
 func checkAcceleratorFunctionLifecycle(t *testing.T, ctx context.Context, afs dynamic.ResourceInterface) {
-	t.Helper()
 	eventually(t, "AcceleratorFunction status counts devices", 60*time.Second, func() bool {
 		got, err := afs.Get(ctx, "nlb0", metav1.GetOptions{})
 		if err != nil {

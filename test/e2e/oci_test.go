@@ -234,7 +234,6 @@ func Test10BitstreamsFromOCIRegistries(t *testing.T) {
 // tagRefusedAtAdmission checks a claim and an AcceleratorFunction naming
 // loopback by tag alone are refused, naming the field and the digest.
 func tagRefusedAtAdmission(t *testing.T, ctx context.Context, loopback pushed) {
-	t.Helper()
 	ns := namespace(t, "e2e-oci-tag")
 	tag, _, _ := strings.Cut(loopback.Ref, "@")
 	err := createConfiguredClaim(ns, "tag", driverName,
@@ -257,7 +256,6 @@ func tagRefusedAtAdmission(t *testing.T, ctx context.Context, loopback pushed) {
 // registryAccessFromNode checks the private and own-CA bitstreams fail
 // clearly without the node's credentials and CA, and program once it has them.
 func registryAccessFromNode(t *testing.T, ctx context.Context, public, private, tlsRegistry *registrytest.Registry, credentials string, secret, ownCA pushed) {
-	t.Helper()
 	ns := namespace(t, "e2e-oci-auth")
 	claimTemplate(t, ns, "private", "e2e-oci", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: ociAuthAFU, BitstreamRef: secret.Ref})))
 	claimTemplate(t, ns, "tls", "e2e-oci", opaque(t, fpgaConfig(v1alpha1.FpgaConfig{AFUID: ociTLSAFU, BitstreamRef: ownCA.Ref})))
