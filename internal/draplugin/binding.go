@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
@@ -81,23 +81,26 @@ func (b *Binder) Run(ctx context.Context) error {
 		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "binding"})
 	defer b.queue.ShutDown()
 	selector := claimroute.Selector(b.DriverName, b.NodeName).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(b.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	inf := factory.Resource().V1().ResourceClaims()
-	b.lister = inf.Lister()
+	// The typed informer, not a SharedInformerFactory: the factory links
+	// every API group's informers and listers into the binary.
+	inf := resourceinformers.NewFilteredResourceClaimInformer(b.Client, metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	b.lister = resourcelisters.NewResourceClaimLister(inf.GetIndexer())
 	enqueue := func(obj any) {
 		if name, err := cache.DeletionHandlingObjectToName(obj); err == nil {
 			b.queue.Add(name)
 		}
 	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
 	}); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	var informing sync.WaitGroup
+	defer informing.Wait() // the informer ends with ctx
+	informing.Go(func() { inf.RunWithContext(ctx) })
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil // stopping
 	}
 	var started sync.WaitGroup
